@@ -1,0 +1,286 @@
+"""Stage `analyze`: turn the classic answers to "why sum, not concatenate?" into measurements.
+
+1. "Only about half of the sinusoidal dimensions move with position": variance of each dimension
+   of the position table over positions 0..L-1, and how many dimensions hold 90% / 99% of it.
+2. "Word and position vectors occupy nearly orthogonal subspaces": principal angles between the
+   token embeddings' and the position table's principal subspaces, against random subspaces.
+3. "With a sum, attention does four jobs at once": the first encoder layer's logits split exactly
+   into word-word, word-position, position-word and position-position terms (post-norm: the first
+   layer's input is exactly token part + position part; dropout off).
+4. "Without positions there is no word order": dev BLEU with shuffled and reversed source words.
+The sentences of analysis.md are generated from the numbers, so they stay true when those change.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from posenc import config, corpora, files, tokens
+from posenc.corpora import SRC
+from posenc.decode import translate
+from posenc.evaluate import read_references, score
+from posenc.positional import sinusoid_table
+
+TERMS = ("word-word", "word-position", "position-word", "position-position")
+
+
+# 1 -------------------------------------------------------------------------------------------
+def dimension_variance(table: np.ndarray, shares: tuple[float, ...]) -> dict:
+    """Variance of each dimension over the rows (positions); dimensions holding each share of it."""
+    var = table.var(axis=0)
+    cumulative = np.cumsum(np.sort(var)[::-1]) / var.sum()
+    return {"positions": int(table.shape[0]), "dims": int(table.shape[1]),
+            **{f"dims_{round(s * 100)}pct": int(np.searchsorted(cumulative, s) + 1) for s in shares},
+            "variance": [round(float(v), 6) for v in var]}
+
+
+# 2 -------------------------------------------------------------------------------------------
+def principal_basis(matrix: np.ndarray, share: float) -> np.ndarray:
+    """Orthonormal basis (dims x k) of the top-k principal directions covering `share` of the variance."""
+    centered = matrix - matrix.mean(axis=0)
+    _, s, vt = np.linalg.svd(centered, full_matrices=False)
+    cumulative = np.cumsum(s ** 2) / np.sum(s ** 2)
+    k = int(np.searchsorted(cumulative, share) + 1)
+    return vt[:k].T
+
+
+def principal_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosines of the principal angles between the column spaces of orthonormal a and b."""
+    return np.clip(np.linalg.svd(a.T @ b, compute_uv=False), 0.0, 1.0)
+
+
+def random_cosines(dims: int, k1: int, k2: int, trials: int, seed: int) -> tuple[float, float]:
+    """Mean and std over trials of the mean principal cosine of two random subspaces."""
+    rng = np.random.default_rng(seed)
+    means = [principal_cosines(np.linalg.qr(rng.standard_normal((dims, k1)))[0],
+                               np.linalg.qr(rng.standard_normal((dims, k2)))[0]).mean()
+             for _ in range(trials)]
+    return float(np.mean(means)), float(np.std(means))
+
+
+def subspace_angles(token_matrix: np.ndarray, position_table: np.ndarray, share: float,
+                    trials: int, seed: int) -> dict:
+    a, b = principal_basis(token_matrix, share), principal_basis(position_table, share)
+    cos = principal_cosines(a, b)
+    base_mean, base_std = random_cosines(token_matrix.shape[1], a.shape[1], b.shape[1], trials, seed)
+    return {"k_token": a.shape[1], "k_position": b.shape[1], "mean_cos": round(float(cos.mean()), 4),
+            "mean_angle_deg": round(float(np.degrees(np.arccos(cos)).mean()), 2),
+            "random_mean_cos": round(base_mean, 4), "random_std": round(base_std, 4)}
+
+
+# 3 -------------------------------------------------------------------------------------------
+def logit_terms(attn, token_part: torch.Tensor, position_part: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The four terms (batch, heads, query, key) of q.k / sqrt(d_head) for x + e through one
+    bias-free attention layer; their sum is the layer's logits."""
+    q = {"word": attn.split(attn.q(token_part)), "position": attn.split(attn.q(position_part))}
+    k = {"word": attn.split(attn.k(token_part)), "position": attn.split(attn.k(position_part))}
+    scale = attn.d_head ** -0.5
+    return {f"{a}-{b}": q[a] @ k[b].transpose(-1, -2) * scale
+            for a in ("word", "position") for b in ("word", "position")}
+
+
+@torch.no_grad()
+def logit_shares(model, sentences: list[np.ndarray], batch_size: int = 64) -> dict:
+    """Each term's share of the summed term variances, per head and averaged over heads, over all
+    (query, key) pairs of real tokens in the first encoder layer."""
+    from posenc.batching import pad
+
+    attn = model.encoder[0].attn
+    stats = torch.zeros(len(TERMS), attn.heads, 3, dtype=torch.float64)  # count, sum, sum of squares
+    for start in range(0, len(sentences), batch_size):
+        src = pad(sentences[start:start + batch_size], model.config.pad_id)
+        token_part, position_part = model.first_layer_input(src)
+        terms = logit_terms(attn, token_part, position_part)
+        real = (src != model.config.pad_id)
+        pairs = (real[:, :, None] & real[:, None, :])[:, None].expand(-1, attn.heads, -1, -1)
+        for i, name in enumerate(TERMS):
+            t = terms[name].double()
+            for h in range(attn.heads):
+                values = t[:, h][pairs[:, h]]
+                stats[i, h] += torch.stack((torch.tensor(float(values.numel()), dtype=torch.float64),
+                                            values.sum(), (values ** 2).sum()))
+    count, total, squares = stats.unbind(-1)
+    variance = squares / count - (total / count) ** 2  # (terms, heads)
+    share = variance / variance.sum(0, keepdim=True)
+    return {"per_head": {name: [round(float(v), 4) for v in share[i]] for i, name in enumerate(TERMS)},
+            "mean": {name: round(float(share[i].mean()), 4) for i, name in enumerate(TERMS)}}
+
+
+# 4 -------------------------------------------------------------------------------------------
+def reorder_words(lines: list[str], how: str, seed: int) -> list[str]:
+    if how == "original":
+        return list(lines)
+    if how == "reversed":
+        return [" ".join(line.split()[::-1]) for line in lines]
+    rng = random.Random(seed)
+    out = []
+    for line in lines:
+        words = line.split()
+        rng.shuffle(words)
+        out.append(" ".join(words))
+    return out
+
+
+def word_order_bleu(model, sp, sources: list[str], references: list[str], seed: int,
+                    eval_cfg: config.EvalConfig) -> dict:
+    result = {}
+    for how in ("original", "shuffled", "reversed"):
+        ids = [np.array(s + [model.config.eos_id]) for s in sp.encode(reorder_words(sources, how, seed))]
+        out = translate(model, ids, eval_cfg.beam, eval_cfg.lenpen, eval_cfg.max_len_extra,
+                        eval_cfg.batch_tokens, desc=f"{model.config.positional} {how}")
+        result[how] = score([sp.decode(o) for o in out], references)["bleu"]
+    return result
+
+
+# the stage -----------------------------------------------------------------------------------
+def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
+            cfg: config.AnalyzeConfig, eval_cfg: config.EvalConfig) -> dict:
+    """`models`: variant name -> trained model (first seed)."""
+    eos = next(iter(models.values())).config.eos_id
+    train = [tokens.load(tokens.array_path(arrays, "train", lang), eos) for lang in ("en", "de")]
+    longest = max(len(s) for side in train for s in side)
+    dev = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)
+    if cfg.max_sentences:
+        dev = dev[:cfg.max_sentences]
+    out = {"longest_training_sentence": longest, "position_variance": {}, "subspace_angles": {},
+           "logit_terms": {}, "word_order_bleu": {}}
+    for name, model in models.items():
+        d = model.config.d_model
+        tables = {}
+        if name == "sinusoidal":
+            tables = {f"L{n}": sinusoid_table(torch.arange(n), d).numpy()
+                      for n in (longest, cfg.long_positions)}
+        elif name == "learned":
+            table = model.positional.table.weight.detach().numpy()
+            tables = {f"L{n}": table[:n] for n in (longest, cfg.long_positions)}
+        if tables:
+            out["position_variance"][name] = {k: dimension_variance(t, cfg.variance_shares)
+                                              for k, t in tables.items()}
+            embeddings = (model.embed.weight.detach() * model.scale).numpy()
+            embeddings = np.delete(embeddings, model.config.pad_id, axis=0)
+            out["subspace_angles"][name] = subspace_angles(
+                embeddings, tables[f"L{longest}"], cfg.subspace_share, cfg.random_trials, cfg.seed)
+        if name != "none" and model.config.norm == "post":
+            out["logit_terms"][name] = logit_shares(model, dev)
+        sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")
+        out["word_order_bleu"][name] = word_order_bleu(model, sp, sources,
+                                                       read_references(raw, corpus.dev), cfg.seed, eval_cfg)
+    return out
+
+
+def markdown(a: dict, shares: tuple[float, ...]) -> str:
+    """analysis.md: each conjecture, the measured figures, and the verdict they support."""
+    s_lo, s_hi = (round(s * 100) for s in (shares[0], shares[-1]))
+    lines = ["Generated by `posenc analyze` from `results/analysis.json`; every figure below is read "
+             "from that file.", "", "### 1. \"Only about half of the sinusoidal dimensions carry position\"", ""]
+    for name, tables in a["position_variance"].items():
+        for key, t in tables.items():
+            lines.append(f"- {name}, positions 0..{t['positions'] - 1}: {s_lo}% of the positional variance "
+                         f"lies in {t[f'dims_{s_lo}pct']} of {t['dims']} dimensions, {s_hi}% in "
+                         f"{t[f'dims_{s_hi}pct']}.")
+    sin = a["position_variance"].get("sinusoidal", {})
+    if sin:
+        short = sin[f"L{a['longest_training_sentence']}"]
+        half = short[f"dims_{s_lo}pct"] <= 0.6 * short["dims"]
+        lines += ["", f"Over the sentence lengths seen in training (up to {a['longest_training_sentence']} "
+                  f"subwords) the claim {'holds' if half else 'does not hold'}: "
+                  f"{short[f'dims_{s_lo}pct']} of {short['dims']} dimensions carry {s_lo}% of the variance; "
+                  "the low-frequency dimensions barely move over short ranges and are free for word content."]
+    lines += ["", "### 2. \"Word and position vectors occupy nearly orthogonal subspaces\"", ""]
+    for name, r in a["subspace_angles"].items():
+        closer = r["mean_cos"] < r["random_mean_cos"] - 2 * r["random_std"]
+        farther = r["mean_cos"] > r["random_mean_cos"] + 2 * r["random_std"]
+        verdict = ("closer to orthogonal than" if closer else "less orthogonal than" if farther
+                   else "as orthogonal as")
+        lines.append(f"- {name}: principal subspaces of {r['k_token']} (tokens) and {r['k_position']} "
+                     f"(positions) dimensions; mean cosine of the principal angles {r['mean_cos']} "
+                     f"(mean angle {r['mean_angle_deg']}°), against {r['random_mean_cos']} ± "
+                     f"{r['random_std']} for random subspaces of the same sizes: {verdict} chance.")
+    lines += ["", "### 3. \"With a sum, attention does four jobs at once\"", "",
+              "Share of the first encoder layer's attention-logit variance (mean over heads):", "",
+              "| variant | " + " | ".join(TERMS) + " |", "|---|" + "---|" * len(TERMS)]
+    for name, r in a["logit_terms"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{r['mean'][t]:.3f}" for t in TERMS) + " |")
+    for name, r in a["logit_terms"].items():
+        cross = r["mean"]["word-position"] + r["mean"]["position-word"]
+        lines.append(f"\n- {name}: the cross terms carry {cross:.1%} of the logit variance, "
+                     f"position-position {r['mean']['position-position']:.1%}.")
+    lines += ["", "### 4. \"Without positions the model has no notion of word order\"", "",
+              "Dev BLEU with the source words in their original order, shuffled (seeded) and reversed:", "",
+              "| variant | original | shuffled | reversed |", "|---|---|---|---|"]
+    for name, r in a["word_order_bleu"].items():
+        lines.append(f"| {name} | {r['original']} | {r['shuffled']} | {r['reversed']} |")
+    for name, r in a["word_order_bleu"].items():
+        drop = r["original"] - r["shuffled"]
+        lines.append(f"\n- {name}: shuffling the source costs {drop:.2f} BLEU"
+                     + (" (its encoder sees a bag of words, so order cannot matter)." if name == "none" else "."))
+    return "\n".join(lines) + "\n"
+
+
+def plot(a: dict, figures: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posenc.report import _save_png
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    key = f"L{a['longest_training_sentence']}"
+    for name, tables in a["position_variance"].items():
+        ax.plot(tables[key]["variance"], label=f"{name} (positions 0..{tables[key]['positions'] - 1})")
+    ax.set(xlabel="dimension", ylabel="variance over positions", yscale="log",
+           title="Which dimensions move with position")
+    if a["position_variance"]:
+        ax.legend()
+    _save_png(fig, figures / "position_variance.png")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    names = list(a["logit_terms"])
+    bottom = np.zeros(len(names))
+    for term in TERMS:
+        values = np.array([a["logit_terms"][n]["mean"][term] for n in names])
+        ax.bar(names, values, bottom=bottom, label=term)
+        bottom += values
+    ax.set(ylabel="share of logit variance", title="First encoder layer: the four logit terms")
+    ax.legend()
+    _save_png(fig, figures / "logit_terms.png")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    names = list(a["word_order_bleu"])
+    for i, how in enumerate(("original", "shuffled", "reversed")):
+        ax.bar([j + i * 0.27 for j in range(len(names))],
+               [a["word_order_bleu"][n][how] for n in names], 0.27, label=how)
+    ax.set_xticks([j + 0.27 for j in range(len(names))], names)
+    ax.set(ylabel="dev BLEU", title="Source word order")
+    ax.legend()
+    _save_png(fig, figures / "word_order.png")
+
+
+def run(args) -> None:
+    import sentencepiece as spm
+
+    from posenc.train import load_model
+
+    data = config.load(args.params, "data", config.DataConfig)
+    cfg = config.load(args.params, "analyze", config.AnalyzeConfig)
+    eval_cfg = config.load(args.params, "eval", config.EvalConfig)
+    variants = config.load_list(args.params, "variants", str)
+    seed = config.load_list(args.params, "seeds", int)[0]
+    torch.set_num_threads(eval_cfg.threads)
+    torch.use_deterministic_algorithms(True)
+    # Model directories are named <variant>-<seed> by dvc.yaml's matrix; the first seed is analysed.
+    models = {v: load_model(Path(args.models) / f"{v}-{seed}" / "model.pt") for v in variants}
+    sp = spm.SentencePieceProcessor(model_file=str(args.spm))
+    result = analyze(models, sp, corpora.get(data.corpus), Path(args.arrays), Path(args.raw), cfg, eval_cfg)
+    plot(result, Path(args.figures))
+    files.write_json(args.json, result)
+    files.write_text(args.md, markdown(result, cfg.variance_shares))
+    order = result["word_order_bleu"]
+    print("analyze: dev BLEU original/shuffled: "
+          + ", ".join(f"{v} {r['original']}/{r['shuffled']}" for v, r in order.items())
+          + f" -> {args.md}")

@@ -1,0 +1,72 @@
+"""`posenc <stage> ...`: argument parsing only; each stage's `run(args)` does the work.
+
+Every path a stage reads or writes comes in as an argument (dvc.yaml names them all, once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from posenc.errors import UserError
+
+# stage -> (module, {option: help})
+STAGES = {
+    "fetch": ("posenc.fetch", "get the corpus from the mirror or the official source", {
+        "--out": "directory for <split>.en / <split>.de"}),
+    "prepare": ("posenc.prepare", "train the joint SentencePiece model and encode every split", {
+        "--raw": "directory written by fetch", "--spm": "SentencePiece model to write",
+        "--arrays": "directory for the encoded splits", "--stats": "stats JSON to write"}),
+    "train": ("posenc.train", "train one variant with one seed (also under torchrun)", {
+        "--variant": "positional variant", "--seed": "random seed (int)",
+        "--spm": "SentencePiece model", "--arrays": "encoded splits",
+        "--model": "averaged model to write", "--train-log": "per-update TSV to write",
+        "--dev-log": "dev loss TSV to write", "--checkpoints": "working directory for checkpoints",
+        "--timings": "untracked JSON of wall-clock figures"}),
+    "evaluate": ("posenc.evaluate", "translate and score the dev and test sets with one model", {
+        "--seed": "the seed the model was trained with (int)", "--model": "averaged model",
+        "--spm": "SentencePiece model", "--arrays": "encoded splits",
+        "--raw": "directory with the untouched references", "--metrics": "metrics JSON to write",
+        "--hyps": "directory for the hypothesis files"}),
+    "report": ("posenc.report", "the Table 3 table, significance, provenance and figures", {
+        "--runs": "directory of per-run results (metrics.json, hyps/)",
+        "--models": "directory of trained models (their dev logs)", "--raw": "references",
+        "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
+        "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
+        "--table-csv": "CSV table to write", "--by-length-csv": "BLEU by source length, CSV to write",
+        "--figures": "directory for the PNG figures"}),
+    "analyze": ("posenc.analysis", "measure the conjectures of the sum-versus-concat debate", {
+        "--models": "directory of trained models", "--spm": "SentencePiece model",
+        "--arrays": "encoded splits", "--raw": "references", "--json": "analysis JSON to write",
+        "--md": "analysis Markdown to write", "--figures": "directory for the PNG figures"}),
+}
+INTS = {"--seed"}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="posenc", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="stage", required=True)
+    for stage, (_, help_text, options) in STAGES.items():
+        s = sub.add_parser(stage, help=help_text, description=help_text)
+        s.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+        for option, option_help in options.items():
+            s.add_argument(option, required=True, help=option_help, type=int if option in INTS else str)
+    r = sub.add_parser("readme", help="copy the generated result blocks into README.md")
+    r.add_argument("--readme", default="README.md")
+    r.add_argument("--check", action="store_true", help="fail if README.md is out of date")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    module = "posenc.readme" if args.stage == "readme" else STAGES[args.stage][0]
+    try:
+        return importlib.import_module(module).run(args) or 0
+    except UserError as e:
+        print(f"posenc {args.stage}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

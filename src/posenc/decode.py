@@ -1,0 +1,115 @@
+"""Beam search as in §6.1: beam 4, length penalty alpha = 0.6, output length <= input length + 50.
+
+Batched over sentences and beams, with keys and values cached between steps (incremental
+decoding); `use_cache=False` recomputes the whole prefix each step, for the parity test and the
+speed benchmark. Beam size 1 is greedy search.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm import tqdm
+
+from posenc.batching import pad
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), the penalty §6.1 refers to."""
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int,
+                use_cache: bool = True) -> list[tuple[list[int], float]]:
+    """For each source row (padded ids ending in EOS): (best hypothesis without EOS, its score).
+
+    The score is the summed log-probability, EOS included, divided by the length penalty. A
+    sentence stops when `beam` hypotheses have ended (fairseq's rule); at its length limit every
+    live hypothesis is made to end.
+    """
+    c = model.config
+    n_src = src.shape[0]
+    max_lens = (src != c.pad_id).sum(1) + max_len_extra
+    if model.max_len is not None:  # a learned position table bounds the output length
+        max_lens = max_lens.clamp(max=model.max_len)
+    memory, mask = model.encode(src)
+    memory, mask = memory.repeat_interleave(beam, 0), mask.repeat_interleave(beam, 0)
+    alive = torch.arange(n_src)
+    scores = torch.full((n_src, beam), float("-inf"), device=src.device)
+    scores[:, 0] = 0.0  # every beam starts as the same BOS: let one of them expand
+    seqs = torch.full((n_src * beam, 1), c.bos_id, dtype=torch.long, device=src.device)
+    cache = model.new_cache() if use_cache else None
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n_src)]
+    step = 0
+    while len(alive):
+        logits = model.decode(seqs[:, -1:] if use_cache else seqs, memory, mask, cache)[:, -1]
+        logp = F.log_softmax(logits.float(), dim=-1)
+        logp[:, [c.pad_id, c.bos_id]] = float("-inf")  # never generated
+        n, vocab = len(alive), logp.shape[-1]
+        at_limit = step + 1 >= max_lens[alive]
+        if at_limit.any():  # only EOS may follow
+            rows = at_limit.repeat_interleave(beam)
+            eos = logp[rows, c.eos_id]
+            logp[rows] = float("-inf")
+            logp[rows, c.eos_id] = eos
+        candidates = (scores[:, :, None] + logp.view(n, beam, vocab)).view(n, beam * vocab)
+        top_scores, top = candidates.topk(2 * beam, dim=1)
+        top_beam, top_token = top // vocab, top % vocab
+        is_eos = top_token == c.eos_id
+        # A hypothesis ends when EOS is among the `beam` best candidates of its sentence.
+        for i, r in (is_eos[:, :beam] & top_scores[:, :beam].isfinite()).nonzero().tolist():
+            sentence = int(alive[i])
+            if len(finished[sentence]) < beam:
+                prefix = seqs[i * beam + int(top_beam[i, r]), 1:].tolist()
+                score = float(top_scores[i, r]) / length_penalty(step + 1, lenpen)
+                finished[sentence].append((score, prefix))
+        scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)
+        rows = (torch.arange(n, device=src.device)[:, None] * beam + top_beam.gather(1, pick)).view(-1)
+        seqs = torch.cat((seqs[rows], top_token.gather(1, pick).view(-1, 1)), dim=1)
+        if cache is not None:
+            _select(cache, rows, cross=False)
+        done = torch.tensor([len(finished[int(s)]) >= beam for s in alive]) | at_limit.cpu()
+        if done.any():
+            keep = (~done).nonzero().view(-1).to(src.device)
+            rows = (keep[:, None] * beam + torch.arange(beam, device=src.device)).view(-1)
+            alive, scores, seqs = alive[keep.cpu()], scores[keep], seqs[rows]
+            memory, mask = memory[rows], mask[rows]
+            if cache is not None:
+                _select(cache, rows, cross=True)
+        step += 1
+    best = [max(hyps) for hyps in finished]
+    return [(tokens, score) for score, tokens in best]
+
+
+def _select(cache: dict, rows: Tensor, cross: bool) -> None:
+    """Keep (and reorder) the cached rows: self-attention always, memory keys when pruning."""
+    for layer in cache["layers"]:
+        for kind in ("self", "cross") if cross else ("self",):
+            for key in ("k", "v"):
+                if key in layer[kind]:
+                    layer[kind][key] = layer[kind][key][rows]
+
+
+def translate(model, sentences: list[np.ndarray], beam: int, lenpen: float, max_len_extra: int,
+              batch_tokens: int, device: torch.device | str = "cpu", desc: str = "translate",
+              use_cache: bool = True) -> list[list[int]]:
+    """Decode every source sentence (ids ending in EOS); outputs in input order, without EOS."""
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    out: list[list[int]] = [[] for _ in sentences]
+    bar = tqdm(total=len(sentences), desc=desc, unit=" sent", mininterval=2)
+    start = 0
+    while start < len(order):
+        end = start + 1  # sorted by length: the last sentence of a batch is its longest
+        while end < len(order) and (end + 1 - start) * len(sentences[order[end]]) * beam <= batch_tokens:
+            end += 1
+        idx = order[start:end]
+        src = pad([sentences[i] for i in idx], model.config.pad_id).to(device)
+        for i, (tokens, _) in zip(idx, beam_search(model, src, beam, lenpen, max_len_extra, use_cache)):
+            out[i] = tokens
+        bar.update(len(idx))
+        start = end
+    bar.close()
+    return out

@@ -1,0 +1,84 @@
+"""Stage `evaluate`: translate the dev and test sets, score them, write the metrics of one run.
+
+Hypotheses are decoded from SentencePiece back to text and scored with sacreBLEU against the
+untouched references from data/raw (BLEU and chrF, with their signatures). Dev perplexity is per
+wordpiece, teacher-forced, without label smoothing: Table 3's PPL column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sentencepiece as spm
+from sacrebleu.metrics import BLEU, CHRF
+
+from posenc import files, tokens
+from posenc.config import EvalConfig
+from posenc.corpora import SRC, TGT, Corpus
+from posenc.decode import translate
+from posenc.errors import UserError
+from posenc.model import count_parameters
+from posenc.scoring import corpus_nll, perplexity
+
+
+def hypothesis_path(hyps_dir: Path, split: str) -> Path:
+    return Path(hyps_dir) / f"{split}.{TGT}"
+
+
+def read_references(raw_dir: Path, split: str) -> list[str]:
+    path = Path(raw_dir) / f"{split}.{TGT}"
+    if not path.is_file():
+        raise UserError(f"{path}: missing; run `dvc repro fetch` first")
+    return files.read_lines(path)
+
+
+def score(hypotheses: list[str], references: list[str]) -> dict:
+    """sacreBLEU's BLEU (13a tokenization, cased) and chrF, with their signatures."""
+    bleu, chrf = BLEU(), CHRF()
+    return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
+            "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
+            "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature())}
+
+
+def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,
+             cfg: EvalConfig, device="cpu") -> tuple[dict, dict[str, list[str]]]:
+    """(metrics, hypotheses per split) for one trained model."""
+    eos = model.config.eos_id
+    dev_src = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)
+    dev_tgt = tokens.load(tokens.array_path(arrays, corpus.dev, TGT), eos)
+    nll, count = corpus_nll(model, dev_src, dev_tgt, cfg.batch_tokens, device)
+    metrics = {"parameters": count_parameters(model), "dev_ppl": round(perplexity(nll, count), 4)}
+    metrics["bleu"], metrics["chrf"], hypotheses = {}, {}, {}
+    for split in corpus.scored:
+        src = tokens.load(tokens.array_path(arrays, split, SRC), eos)
+        out = translate(model, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
+                        device, desc=f"{model.config.positional} {split}")
+        hypotheses[split] = [sp.decode(ids) for ids in out]
+        result = score(hypotheses[split], read_references(raw_dir, split))
+        metrics["bleu"][split], metrics["chrf"][split] = result["bleu"], result["chrf"]
+        metrics["signature"] = {"bleu": result["bleu_signature"], "chrf": result["chrf_signature"]}
+    return metrics, hypotheses
+
+
+def run(args) -> None:
+    import torch
+
+    from posenc import config, corpora
+    from posenc.train import load_model
+
+    data = config.load(args.params, "data", config.DataConfig)
+    cfg = config.load(args.params, "eval", EvalConfig)
+    torch.set_num_threads(cfg.threads)
+    torch.use_deterministic_algorithms(True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(Path(args.model), device)
+    sp = spm.SentencePieceProcessor(model_file=str(args.spm))
+    corpus = corpora.get(data.corpus)
+    metrics, hypotheses = evaluate(model, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)
+    metrics = {"variant": model.config.positional, "seed": args.seed, **metrics}
+    for split, lines in hypotheses.items():
+        files.write_lines(hypothesis_path(Path(args.hyps), split), lines)
+    files.write_json(args.metrics, metrics)
+    print(f"evaluate: {metrics['variant']} seed {args.seed}: dev PPL {metrics['dev_ppl']:.2f}, "
+          + ", ".join(f"{k} BLEU {v}" for k, v in metrics["bleu"].items()))

@@ -1,0 +1,158 @@
+"""Stage `fetch`: get a corpus from the mirror or the official source, verify it, write data/raw.
+
+Output: <out>/<split>.en and <out>/<split>.de, UTF-8, aligned line by line. Dev and test files are
+copied byte for byte (BLEU is scored against them); training pairs are stripped, empty pairs
+dropped, and optionally a seeded subset is taken.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import os
+import random
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+from posenc import files
+from posenc.corpora import MIRROR_ENV, MULTI30K_URL, SRC, TGT, Corpus, Split
+from posenc.errors import UserError
+
+LANGS = (SRC, TGT)
+
+
+def fetch(corpus: Corpus, out_dir: Path, mirror: Path | None, max_train_pairs: int | None,
+          subset_seed: int, multi30k_url: str = MULTI30K_URL) -> dict[str, int]:
+    """Write every split of `corpus` into `out_dir` (replaced whole, atomically); return line counts."""
+    if mirror is not None and not mirror.is_dir():
+        raise UserError(f"{MIRROR_ENV}={mirror}: no such directory; point it at a mirror laid out "
+                        f"like ../shared/data/wmt, or unset it to download")
+    tmp = out_dir.parent / f".{out_dir.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    counts = {}
+    try:
+        for split in corpus.splits:
+            if mirror is not None:
+                raw, where = _read_mirror(mirror, split), {lang: str(mirror / f"{split.mirror}.{lang}") for lang in LANGS}
+            elif corpus.source == "multi30k":
+                raw, where = _download_multi30k(multi30k_url, split)
+            else:
+                raw, where = _download_hf(corpus, split)
+            if split.sha256 is not None:
+                for lang in LANGS:
+                    _verify(where[lang], raw[lang], split.sha256[lang])
+            text = {lang: _decode(where[lang], raw[lang]) for lang in LANGS}
+            lines = {lang: files.split_lines(text[lang]) for lang in LANGS}
+            if len(lines[SRC]) != len(lines[TGT]):
+                raise UserError(f"{where[SRC]} has {len(lines[SRC])} lines but {where[TGT]} has "
+                                f"{len(lines[TGT])}; the two sides must be aligned line by line")
+            if split.role == "train":
+                pairs = _clean_pairs(lines[SRC], lines[TGT], where[SRC], max_train_pairs, subset_seed)
+                for i, lang in enumerate(LANGS):
+                    files.write_lines(tmp / f"{split.name}.{lang}", [p[i] for p in pairs])
+                counts[split.name] = len(pairs)
+            else:
+                for lang in LANGS:  # references stay byte for byte what was verified
+                    files.write_bytes(tmp / f"{split.name}.{lang}", raw[lang])
+                counts[split.name] = len(lines[SRC])
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return counts
+
+
+def _clean_pairs(src: list[str], tgt: list[str], where: str, max_pairs: int | None,
+                 seed: int) -> list[tuple[str, str]]:
+    pairs = [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
+    pairs = [p for p in pairs if p[0] and p[1]]
+    if not pairs:
+        raise UserError(f"{where}: the training set has no non-empty pairs; check the mirror's files")
+    if max_pairs is not None and max_pairs < len(pairs):
+        keep = sorted(random.Random(seed).sample(range(len(pairs)), max_pairs))
+        pairs = [pairs[i] for i in keep]
+    return pairs
+
+
+def _read_mirror(mirror: Path, split: Split) -> dict[str, bytes]:
+    raw = {}
+    for lang in LANGS:
+        pattern = str(mirror / f"{split.mirror}.{lang}")
+        paths = sorted(glob.glob(pattern)) if "*" in pattern else [pattern]
+        if not paths or not all(os.path.isfile(p) for p in paths):
+            missing = pattern if not paths else next(p for p in paths if not os.path.isfile(p))
+            raise UserError(f"{missing}: missing from the mirror; {MIRROR_ENV} must point at a "
+                            f"directory laid out like ../shared/data/wmt")
+        raw[lang] = b"".join(_with_newline(Path(p).read_bytes()) for p in paths) if len(paths) > 1 \
+            else Path(paths[0]).read_bytes()
+    return raw
+
+
+def _with_newline(data: bytes) -> bytes:
+    return data if not data or data.endswith(b"\n") else data + b"\n"
+
+
+def _download_multi30k(base_url: str, split: Split) -> tuple[dict[str, bytes], dict[str, str]]:
+    raw, where = {}, {}
+    for lang in LANGS:
+        url = f"{base_url}/{split.name}.{lang}.gz"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                raw[lang] = gzip.decompress(response.read())
+        except (urllib.error.URLError, OSError, EOFError) as e:
+            raise UserError(f"{url}: download failed ({e}); retry, or set {MIRROR_ENV} "
+                            f"to a local mirror") from None
+        where[lang] = url
+    return raw, where
+
+
+def _download_hf(corpus: Corpus, split: Split) -> tuple[dict[str, bytes], dict[str, str]]:
+    import datasets  # heavy; only the real WMT14 download needs it
+
+    path, config = corpus.hf_name
+    try:
+        ds = datasets.load_dataset(path, config, split=split.hf_split)
+    except Exception as e:  # network and hub errors come in many types
+        raise UserError(f"HF datasets {path}/{config} [{split.hf_split}]: download failed "
+                        f"({type(e).__name__}); retry, or set {MIRROR_ENV} to a local mirror") from None
+    lines = {lang: [] for lang in LANGS}
+    for example in tqdm(ds, desc=f"read {split.name}", unit=" pairs", mininterval=5):
+        for lang in LANGS:
+            lines[lang].append(example["translation"][lang].replace("\n", " "))
+    raw = {lang: "".join(s + "\n" for s in lines[lang]).encode("utf-8") for lang in LANGS}
+    return raw, {lang: f"hf:{path}/{config}/{split.hf_split}.{lang}" for lang in LANGS}
+
+
+def _verify(where: str, data: bytes, expected: str) -> None:
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise UserError(f"{where}: SHA-256 {actual} does not match the pinned {expected} "
+                        f"(posenc/corpora.py); the file is corrupt or another version: fetch it again")
+
+
+def _decode(where: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise UserError(f"{where}: line {line} is not UTF-8 (byte 0x{data[e.start]:02x}); "
+                        f"re-encode the file as UTF-8") from None
+
+
+def run(args) -> None:
+    from posenc import config, corpora
+
+    cfg = config.load(args.params, "data", config.DataConfig)
+    corpus = corpora.get(cfg.corpus)
+    mirror = Path(os.environ[MIRROR_ENV]) if os.environ.get(MIRROR_ENV) else None
+    counts = fetch(corpus, Path(args.out), mirror, cfg.max_train_pairs, cfg.subset_seed)
+    source = f"mirror {mirror}" if mirror else "the official sources"
+    print(f"fetch: {corpus.name} from {source} -> {args.out}: "
+          + ", ".join(f"{split} {n} pairs" for split, n in counts.items()))

@@ -1,0 +1,83 @@
+"""Atomic writes and hashing: a killed stage leaves the previous file or none, never half of one."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temporary file beside `path`, fsync, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    # sort_keys and a fixed indent: the same numbers always give the same bytes (dvc.lock hashes).
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_lines(path: str | os.PathLike, lines: list[str]) -> None:
+    write_text(path, "".join(line + "\n" for line in lines))
+
+
+def write_tsv(path: str | os.PathLike, header: list[str], rows: list[tuple]) -> None:
+    write_lines(path, ["\t".join(header)] + ["\t".join(_cell(v) for v in row) for row in rows])
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines split on "\n" only: str.splitlines would also split on U+2028, U+0085 and others,
+    which occur inside WMT sentences."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    return split_lines(Path(path).read_text(encoding="utf-8"))
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def save_torch(path: str | os.PathLike, obj: Any) -> None:
+    """torch.save through memory so that the archive's inner name never depends on the temp name."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes(path, buffer.getvalue())
+
+
+def sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,49 @@
+"""Shared fixtures: the data mirror, the tiny profile, and its prepared data (made once)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("POSENC_DATA_MIRROR") or ROOT.parent / "shared" / "data" / "wmt")
+TINY = ROOT / "profiles" / "tiny.yaml"
+
+
+def posenc(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the command line as a user would, in `cwd`."""
+    return subprocess.run([sys.executable, "-m", "posenc", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), **(env or {})})
+
+
+@pytest.fixture(scope="session")
+def mirror() -> Path:
+    assert (MIRROR / "SHA256SUMS").is_file(), (
+        f"{MIRROR}: the WMT mirror is missing; set POSENC_DATA_MIRROR to ../shared/data/wmt")
+    return MIRROR
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory, mirror) -> Path:
+    """A directory holding params.yaml (the tiny profile), data/raw/multi30k and data/prepared."""
+    work = tmp_path_factory.mktemp("tiny")
+    shutil.copy(TINY, work / "params.yaml")
+    r = posenc("fetch", "--out", "data/raw/multi30k", cwd=work)
+    assert r.returncode == 0, r.stderr
+    r = posenc("prepare", "--raw", "data/raw/multi30k", "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--stats", "data/prepared/stats.json", cwd=work)
+    assert r.returncode == 0, r.stderr
+    return work
+
+
+@pytest.fixture
+def copy_mirror(tmp_path, mirror) -> Path:
+    """A writable copy of the mirror's Multi30k part, to damage in bad-input tests."""
+    dest = tmp_path / "mirror"
+    shutil.copytree(mirror / "multi30k", dest / "multi30k")
+    return dest

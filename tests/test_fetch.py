@@ -1,0 +1,169 @@
+"""Stage fetch: both corpora through the mirror, the download path through a loopback server,
+and every bad input, each with a one-line error, exit status 2 and no partial output."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import threading
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from posenc import corpora
+from posenc.errors import UserError
+from posenc.fetch import fetch
+
+from conftest import TINY, posenc
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_multi30k_from_the_mirror_keeps_references_byte_for_byte(tmp_path, mirror):
+    counts = fetch(corpora.get("multi30k"), tmp_path / "raw", mirror, None, 1)
+    assert counts == {"train": 29000, "val": 1014, "test_2016_flickr": 1000,
+                      "test_2017_flickr": 1000, "test_2017_mscoco": 461}
+    for split in ("val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"):
+        for lang in ("en", "de"):
+            assert _sha(tmp_path / "raw" / f"{split}.{lang}") == _sha(mirror / "multi30k" / f"{split}.{lang}")
+
+
+def test_wmt14_from_the_mirror(tmp_path, mirror):
+    counts = fetch(corpora.get("wmt14"), tmp_path / "raw", mirror, None, 1)
+    assert counts["newstest2013"] == 3000 and counts["newstest2014"] == 3003
+    # the mirror's two 10k training samples, empty pairs dropped
+    assert 19_000 < counts["train"] <= 20_000
+    en = (tmp_path / "raw" / "train.en").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(en) == counts["train"] and all(line == line.strip() and line for line in en)
+    assert _sha(tmp_path / "raw" / "newstest2014.de") == corpora.get("wmt14").splits[2].sha256["de"]
+
+
+def test_a_subset_is_seeded_and_deterministic(tmp_path, mirror):
+    a = fetch(corpora.get("multi30k"), tmp_path / "a", mirror, 500, 7)
+    fetch(corpora.get("multi30k"), tmp_path / "b", mirror, 500, 7)
+    fetch(corpora.get("multi30k"), tmp_path / "c", mirror, 500, 8)
+    assert a["train"] == 500
+    assert (tmp_path / "a/train.de").read_bytes() == (tmp_path / "b/train.de").read_bytes()
+    assert (tmp_path / "a/train.de").read_bytes() != (tmp_path / "c/train.de").read_bytes()
+    # pairs stay aligned: every subset line is the same pair of the full corpus
+    full_en = (mirror / "multi30k/train.en").read_text(encoding="utf-8").split("\n")
+    full_de = (mirror / "multi30k/train.de").read_text(encoding="utf-8").split("\n")
+    pairs = {(e.strip(), d.strip()) for e, d in zip(full_en, full_de)}  # training lines are stripped
+    sub = zip((tmp_path / "a/train.en").read_text().split("\n")[:-1],
+              (tmp_path / "a/train.de").read_text().split("\n")[:-1])
+    assert all(p in pairs for p in sub)
+
+
+@pytest.fixture
+def loopback(tmp_path, mirror):
+    """An HTTP server on 127.0.0.1 serving Multi30k's gzipped files in the upstream layout."""
+    root = tmp_path / "www"
+    raw = root / "data" / "task1" / "raw"
+    raw.mkdir(parents=True)
+    for path in (mirror / "multi30k").iterdir():
+        (raw / f"{path.name}.gz").write_bytes(gzip.compress(path.read_bytes()))
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/data/task1/raw", raw
+    server.shutdown()
+    server.server_close()
+
+
+def test_download_path_through_a_loopback_server(tmp_path, loopback, mirror):
+    url, _ = loopback
+    counts = fetch(corpora.get("multi30k"), tmp_path / "raw", None, None, 1, multi30k_url=url)
+    assert counts["val"] == 1014 and counts["train"] == 29000
+    assert _sha(tmp_path / "raw/test_2016_flickr.de") == _sha(mirror / "multi30k/test_2016_flickr.de")
+
+
+def test_download_of_a_missing_file_fails_clearly(tmp_path, loopback):
+    url, raw = loopback
+    (raw / "val.de.gz").unlink()
+    with pytest.raises(UserError, match=r"val\.de\.gz: download failed"):
+        fetch(corpora.get("multi30k"), tmp_path / "raw", None, None, 1, multi30k_url=url)
+    assert not (tmp_path / "raw").exists()
+
+
+# Bad input through the command line: one line naming the file or key, exit 2, nothing written.
+def _fails(tmp_path, env_mirror, expect, params_text=None):
+    (tmp_path / "params.yaml").write_text(params_text or TINY.read_text())
+    r = posenc("fetch", "--out", "data/raw/multi30k", cwd=tmp_path, env={"POSENC_DATA_MIRROR": str(env_mirror)})
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().split("\n")
+    assert len(lines) == 1 and expect in lines[0], r.stderr
+    assert not (tmp_path / "data" / "raw" / "multi30k").exists()
+    assert not list((tmp_path / "data" / "raw").glob("*")) if (tmp_path / "data/raw").exists() else True
+    return lines[0]
+
+
+def test_mirror_variable_pointing_nowhere(tmp_path):
+    _fails(tmp_path, tmp_path / "nowhere", "POSENC_DATA_MIRROR=")
+
+
+def test_missing_file(tmp_path, copy_mirror):
+    (copy_mirror / "multi30k/test_2017_mscoco.de").unlink()
+    _fails(tmp_path, copy_mirror, "test_2017_mscoco.de: missing from the mirror")
+
+
+def test_line_counts_differ(tmp_path, copy_mirror):
+    # an unpinned corpus reaches the alignment check: the wmt14 training sample
+    wmt = copy_mirror / "wmt14-en-de"
+    wmt.mkdir()
+    (wmt / "train-a.en").write_text("one\ntwo\n")
+    (wmt / "train-a.de").write_text("eins\n")
+    with pytest.raises(UserError, match=r"train-\*\.en has 2 lines but .*train-\*\.de has 1"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", copy_mirror, None, 1)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_line_counts_differ_in_a_pinned_file_is_a_checksum_error(tmp_path, copy_mirror):
+    path = copy_mirror / "multi30k/val.de"
+    path.write_bytes(path.read_bytes() + b"extra line\n")
+    line = _fails(tmp_path, copy_mirror, "val.de: SHA-256")
+    assert "does not match the pinned 660e09eb" in line
+
+
+def test_not_utf8(tmp_path, copy_mirror):
+    wmt = copy_mirror / "wmt14-en-de"
+    wmt.mkdir()
+    (wmt / "train-a.en").write_bytes(b"caf\xe9\n")
+    (wmt / "train-a.de").write_text("Kaffee\n")
+    with pytest.raises(UserError, match=r"train-\*\.en: line 1 is not UTF-8 \(byte 0xe9\)"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", copy_mirror, None, 1)
+
+
+def test_empty_training_set(tmp_path, copy_mirror):
+    wmt = copy_mirror / "wmt14-en-de"
+    wmt.mkdir()
+    (wmt / "train-a.en").write_text("  \n\n")
+    (wmt / "train-a.de").write_text("x\n\n")
+    with pytest.raises(UserError, match="no non-empty pairs"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", copy_mirror, None, 1)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_unknown_corpus(tmp_path, mirror):
+    _fails(tmp_path, mirror, "data.corpus 'multi31k' is unknown; valid corpora: multi30k, wmt14",
+           TINY.read_text().replace("corpus: multi30k", "corpus: multi31k"))
+
+
+def test_misspelled_param_on_the_command_line(tmp_path, mirror):
+    _fails(tmp_path, mirror, "data.max_train_pair: unknown key",
+           TINY.read_text().replace("max_train_pairs:", "max_train_pair:"))
+
+
+def test_a_failed_fetch_keeps_the_previous_output(tmp_path, copy_mirror, mirror):
+    out = tmp_path / "raw"
+    fetch(corpora.get("multi30k"), out, mirror, 100, 1)
+    before = (out / "train.en").read_bytes()
+    (copy_mirror / "multi30k/val.en").write_text("tampered\n")
+    with pytest.raises(UserError):
+        fetch(corpora.get("multi30k"), out, copy_mirror, None, 1)
+    assert (out / "train.en").read_bytes() == before

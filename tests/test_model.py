@@ -1,0 +1,143 @@
+"""The model: shapes, the positional variants' defining properties, bad configurations,
+the learning-rate schedule, and cached decoding against a full forward pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from posenc.config import ModelConfig
+from posenc.decode import beam_search, length_penalty
+from posenc.errors import UserError
+from posenc.model import build_model, count_parameters
+from posenc.positional import VARIANTS, sinusoid_table
+from posenc.train import lr_at
+
+BASE = ModelConfig(positional="sinusoidal", vocab_size=60, pad_id=0, bos_id=2, eos_id=3, d_model=32,
+                   d_ff=64, heads=4, layers=2, dropout=0.0, max_positions=64, concat_dim=8,
+                   concat_kind="sinusoidal", norm="post")
+
+
+def model_of(variant: str, **changes) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(dataclasses.replace(BASE, positional=variant, **changes)).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 60, (3, 9), generator=g)
+    src[:, -1] = 3
+    src[1, 6:] = 0
+    src[1, 5] = 3
+    tgt = torch.randint(4, 60, (3, 7), generator=g)
+    tgt[:, 0] = 2
+    return src, tgt
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_output_shape(variant, norm):
+    src, tgt = batch()
+    assert model_of(variant, norm=norm)(src, tgt).shape == (3, 7, 60)
+
+
+def test_sinusoid_follows_the_paper_formula_interleaved():
+    pe = sinusoid_table(torch.arange(50), 16)
+    pos, i = 37, 3
+    assert pe[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 16)), abs=1e-5)
+    assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 16)), abs=1e-5)
+
+
+@pytest.mark.parametrize("variant, equivariant", [("none", True), ("sinusoidal", False),
+                                                  ("learned", False), ("concat", False)])
+def test_only_none_is_permutation_equivariant_in_the_encoder(variant, equivariant):
+    model = model_of(variant)
+    with torch.no_grad():  # give the learned tables a visible size
+        for p in model.positional.parameters():
+            p.normal_(0, 1)
+    src = torch.randint(4, 60, (1, 8), generator=torch.Generator().manual_seed(2))
+    perm = torch.tensor([3, 0, 7, 1, 6, 2, 5, 4])
+    with torch.no_grad():
+        out = model.encode(src)[0]
+        out_perm = model.encode(src[:, perm])[0]
+    assert torch.allclose(out[:, perm], out_perm, atol=1e-5) is equivariant
+
+
+def test_concat_widths_and_parameter_count():
+    model = model_of("concat", concat_dim=8)
+    assert model.embed.weight.shape == (60, 24)
+    token_part, position_part = model.first_layer_input(torch.tensor([[5, 6, 7]]))
+    assert token_part.shape == position_part.shape == (1, 3, 32)
+    assert torch.all(token_part[..., 24:] == 0) and torch.all(position_part[..., :24] == 0)
+    assert torch.allclose(position_part[0, :, 24:], sinusoid_table(torch.arange(3), 8))
+    summed = model_of("sinusoidal")
+    # the narrower shared table is the only difference from the summed model
+    assert count_parameters(summed) - count_parameters(model) == 60 * 8
+    learned = model_of("concat", concat_kind="learned")
+    assert count_parameters(learned) - count_parameters(model) == 64 * 8
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(positional="rotary"), "valid variants: sinusoidal, learned, concat, none"),
+    (dict(positional="concat", concat_dim=32), "model.concat_dim (32) must be between 0 and model.d_model"),
+    (dict(positional="concat", concat_dim=0), "model.concat_dim (0)"),
+    (dict(heads=5), "model.heads (5) must divide model.d_model (32)"),
+    (dict(positional="concat", concat_dim=7), "even width, got 7"),
+])
+def test_bad_model_configurations_fail_clearly(changes, message):
+    with pytest.raises(UserError) as e:
+        build_model(dataclasses.replace(BASE, **changes))
+    assert message in str(e.value)
+
+
+def test_learning_rate_schedule_matches_equation_3():
+    d, warmup = 512, 4000
+    for step in (1, 100, 3999, 4000, 4001, 100000):
+        expected = d ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        assert lr_at(step, d, warmup, 1.0) == pytest.approx(expected, rel=1e-12)
+    assert lr_at(4000, d, warmup, 2.0) == pytest.approx(2 * d ** -0.5 * 4000 ** -0.5)
+    rates = [lr_at(s, d, warmup, 1.0) for s in range(1, 10000)]
+    assert max(range(len(rates)), key=rates.__getitem__) + 1 == warmup  # peak at warmup_steps
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(10, 0.6) == pytest.approx((15 / 6) ** 0.6)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_decoding_equals_a_full_forward_pass(variant):
+    model = model_of(variant)
+    src, tgt = batch()
+    with torch.no_grad():
+        full = model(src, tgt)
+        memory, mask = model.encode(src)
+        cache = model.new_cache()
+        steps = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache) for i in range(7)], 1)
+    assert torch.allclose(full, steps, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_beam_search_with_and_without_cache_agree(variant):
+    model = model_of(variant)
+    src, _ = batch()
+    cached = beam_search(model, src, beam=4, lenpen=0.6, max_len_extra=6, use_cache=True)
+    full = beam_search(model, src, beam=4, lenpen=0.6, max_len_extra=6, use_cache=False)
+    for (a_tokens, a_score), (b_tokens, b_score) in zip(cached, full):
+        assert a_tokens == b_tokens and a_score == pytest.approx(b_score, abs=1e-4)
+    lengths = (src != 0).sum(1)
+    assert all(len(t) < n + 6 for (t, _), n in zip(cached, lengths))  # EOS counts in the limit
+
+
+def test_greedy_is_beam_one_and_picks_the_argmax():
+    model = model_of("sinusoidal")
+    src, _ = batch()
+    (tokens, _), *_ = beam_search(model, src[:1], beam=1, lenpen=0.6, max_len_extra=4)
+    with torch.no_grad():
+        prefix = torch.tensor([[2] + tokens])
+        logits = model(src[:1], prefix)[0, :-1]
+        logits[:, [0, 2]] = float("-inf")
+    assert logits.argmax(-1).tolist() == tokens

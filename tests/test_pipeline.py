@@ -1,0 +1,67 @@
+"""The exact reproduction check: the whole DVC pipeline on the tiny profile, twice.
+
+A copy of the project in a temporary git repository runs `dvc repro` (fetch, prepare, four
+trainings, four evaluations, report, analyze); a second `dvc repro` must do nothing; `dvc repro -f`
+must give the same dvc.lock (every output hash) and `dvc metrics diff` must show no change.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import MIRROR, ROOT, TINY
+
+BIN = Path(sys.executable).parent
+
+
+def sh(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, f"{' '.join(args)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+@pytest.mark.slow
+def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
+    work = tmp_path / "project"
+    work.mkdir()
+    for name in ("src", "dvc.yaml", "pyproject.toml", ".gitignore"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, work / name)
+    shutil.copy(TINY, work / "params.yaml")
+    sh("git", "init", "-q", cwd=work)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "root", cwd=work)
+    sh("dvc", "init", "-q", cwd=work)
+    sh("dvc", "config", "core.analytics", "false", cwd=work)
+    sh("git", "add", "-A", cwd=work)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "code", cwd=work)
+
+    sh("dvc", "repro", cwd=work)
+    lock = (work / "dvc.lock").read_text()
+    stages = yaml.safe_load(lock)["stages"]
+    assert {"fetch", "prepare", "report", "analyze", "train@concat-1", "evaluate@none-1"} <= set(stages)
+    table = (work / "results/table.md").read_text()
+    assert all(f"| {v} |" in table for v in ("sinusoidal", "learned", "concat", "none"))
+    assert "data/raw/multi30k" in table  # the data hash from dvc.lock is in the provenance
+    for png in ("figures/learning_curves.png", "figures/bleu_by_length.png",
+                "analysis_figures/logit_terms.png"):
+        assert (work / "results" / png).read_bytes()[:4] == b"\x89PNG"
+    metrics = {p: (work / p).read_text() for p in ("results/table.json", "results/analysis.json")}
+
+    assert "Data and pipelines are up to date" in sh("dvc", "repro", cwd=work)
+    sh("git", "add", "-A", cwd=work)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "results", cwd=work)
+
+    sh("dvc", "repro", "-f", cwd=work)
+    assert (work / "dvc.lock").read_text() == lock
+    assert {p: (work / p).read_text() for p in metrics} == metrics
+    assert (work / "results/table.md").read_text() == table
+    assert sh("dvc", "metrics", "diff", cwd=work).strip() in ("", "No changes.")
+    assert sh("git", "status", "--porcelain", cwd=work).strip() == ""
