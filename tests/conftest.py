@@ -8,11 +8,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dataclasses
+
 import pytest
+import torch
+
+from posenc.config import ModelConfig
+from posenc.model import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("POSENC_DATA_MIRROR") or ROOT.parent / "shared" / "data" / "wmt")
 TINY = ROOT / "profiles" / "tiny.yaml"
+
+# A small model for unit tests: vocabulary 60, special ids as SentencePiece gives them (prepare.py).
+SMALL = ModelConfig(positional="sinusoidal", vocab_size=60, pad_id=0, bos_id=2, eos_id=3, d_model=32,
+                    d_ff=64, heads=4, layers=2, dropout=0.0, max_positions=64, concat_dim=8,
+                    concat_kind="sinusoidal", norm="post")
+
+
+def model_of(variant: str, **changes) -> torch.nn.Module:
+    """SMALL with `variant` and `changes`, seeded, in eval mode."""
+    torch.manual_seed(0)
+    return build_model(dataclasses.replace(SMALL, positional=variant, **changes)).eval()
 
 
 def posenc(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:

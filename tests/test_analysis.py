@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -10,18 +9,9 @@ import torch
 
 from posenc.analysis import (TERMS, dimension_variance, logit_shares, logit_terms, principal_basis,
                              principal_cosines, random_cosines, reorder_words)
-from posenc.config import ModelConfig
 from posenc.decode import translate
-from posenc.model import build_model
 
-BASE = ModelConfig(positional="sinusoidal", vocab_size=60, pad_id=0, bos_id=2, eos_id=3, d_model=32,
-                   d_ff=64, heads=4, layers=2, dropout=0.0, max_positions=64, concat_dim=8,
-                   concat_kind="sinusoidal", norm="post")
-
-
-def model_of(variant: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return build_model(dataclasses.replace(BASE, positional=variant)).eval()
+from conftest import SMALL, model_of
 
 
 @pytest.mark.parametrize("variant", ["sinusoidal", "learned", "concat"])

@@ -9,21 +9,13 @@ import math
 import pytest
 import torch
 
-from posenc.config import ModelConfig
 from posenc.decode import beam_search, length_penalty
 from posenc.errors import UserError
 from posenc.model import build_model, count_parameters
 from posenc.positional import VARIANTS, sinusoid_table
 from posenc.train import lr_at
 
-BASE = ModelConfig(positional="sinusoidal", vocab_size=60, pad_id=0, bos_id=2, eos_id=3, d_model=32,
-                   d_ff=64, heads=4, layers=2, dropout=0.0, max_positions=64, concat_dim=8,
-                   concat_kind="sinusoidal", norm="post")
-
-
-def model_of(variant: str, **changes) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return build_model(dataclasses.replace(BASE, positional=variant, **changes)).eval()
+from conftest import SMALL, model_of
 
 
 def batch():
@@ -89,7 +81,7 @@ def test_concat_widths_and_parameter_count():
 ])
 def test_bad_model_configurations_fail_clearly(changes, message):
     with pytest.raises(UserError) as e:
-        build_model(dataclasses.replace(BASE, **changes))
+        build_model(dataclasses.replace(SMALL, **changes))
     assert message in str(e.value)
 
 

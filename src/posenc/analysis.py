@@ -166,9 +166,10 @@ def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
                 embeddings, tables[f"L{longest}"], cfg.subspace_share, cfg.random_trials, cfg.seed)
         if name != "none" and model.config.norm == "post":
             out["logit_terms"][name] = logit_shares(model, dev)
-        sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")
+        limit = cfg.max_sentences or None
+        sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")[:limit]
         out["word_order_bleu"][name] = word_order_bleu(model, sp, sources,
-                                                       read_references(raw, corpus.dev), cfg.seed, eval_cfg)
+                                                       read_references(raw, corpus.dev, limit), cfg.seed, eval_cfg)
     return out
 
 

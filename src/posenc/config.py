@@ -84,6 +84,7 @@ class EvalConfig:
     max_len_extra: int            # §6.1: output length at most input length + 50
     batch_tokens: int             # source tokens per decoding batch
     threads: int
+    max_sentences: int            # 0: every sentence; else the first N of each split (quick profiles)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class AnalyzeConfig:
     subspace_share: float         # principal subspaces cover this share of the variance
     random_trials: int            # Monte Carlo draws for the random-subspace baseline
     seed: int
-    max_sentences: int            # dev sentences for the attention-logit split (0 = all)
+    max_sentences: int            # dev sentences for the logit split and word-order test (0 = all)
 
 
 def load(path: str | Path, section: str, cls: type, **fixed: Any):

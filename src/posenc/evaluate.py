@@ -25,11 +25,12 @@ def hypothesis_path(hyps_dir: Path, split: str) -> Path:
     return Path(hyps_dir) / f"{split}.{TGT}"
 
 
-def read_references(raw_dir: Path, split: str) -> list[str]:
+def read_references(raw_dir: Path, split: str, count: int | None = None) -> list[str]:
+    """The untouched references; the first `count` of them when only those were translated."""
     path = Path(raw_dir) / f"{split}.{TGT}"
     if not path.is_file():
         raise UserError(f"{path}: missing; run `dvc repro fetch` first")
-    return files.read_lines(path)
+    return files.read_lines(path)[:count]
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
@@ -44,18 +45,18 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
 def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,
              cfg: EvalConfig, device="cpu") -> tuple[dict, dict[str, list[str]]]:
     """(metrics, hypotheses per split) for one trained model."""
-    eos = model.config.eos_id
-    dev_src = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)
-    dev_tgt = tokens.load(tokens.array_path(arrays, corpus.dev, TGT), eos)
+    eos, limit = model.config.eos_id, cfg.max_sentences or None
+    dev_src = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)[:limit]
+    dev_tgt = tokens.load(tokens.array_path(arrays, corpus.dev, TGT), eos)[:limit]
     nll, count = corpus_nll(model, dev_src, dev_tgt, cfg.batch_tokens, device)
     metrics = {"parameters": count_parameters(model), "dev_ppl": round(perplexity(nll, count), 4)}
     metrics["bleu"], metrics["chrf"], hypotheses = {}, {}, {}
     for split in corpus.scored:
-        src = tokens.load(tokens.array_path(arrays, split, SRC), eos)
+        src = tokens.load(tokens.array_path(arrays, split, SRC), eos)[:limit]
         out = translate(model, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
         hypotheses[split] = [sp.decode(ids) for ids in out]
-        result = score(hypotheses[split], read_references(raw_dir, split))
+        result = score(hypotheses[split], read_references(raw_dir, split)[:limit])
         metrics["bleu"][split], metrics["chrf"][split] = result["bleu"], result["chrf"]
         metrics["signature"] = {"bleu": result["bleu_signature"], "chrf": result["chrf_signature"]}
     return metrics, hypotheses

@@ -96,7 +96,7 @@ def significance(runs: list[dict], corpus: corpora.Corpus, raw: Path, baseline: 
         hyps = {v: files.read_lines(hypothesis_path(r["hyps"], split)) for v, r in first.items()}
         others = [(v, h) for v, h in hyps.items() if v != baseline]
         result[split] = paired_bootstrap((baseline, hyps[baseline]), others,
-                                         read_references(raw, split), samples, seed)
+                                         read_references(raw, split, len(hyps[baseline])), samples, seed)
     return result
 
 
@@ -106,9 +106,11 @@ def bleu_by_length(runs: list[dict], corpus: corpora.Corpus, raw: Path,
     bounds = [*buckets, None]
     names = [f"{lo + 1}-{hi}" if hi else f">{lo}" for lo, hi in zip((0, *buckets), bounds)]
     sources, references = [], []
+    first = runs[0]["hyps"]
     for split in corpus.tests:
-        sources += files.read_lines(Path(raw) / f"{split}.{SRC}")
-        references += read_references(raw, split)
+        count = len(files.read_lines(hypothesis_path(first, split)))  # eval.max_sentences
+        sources += files.read_lines(Path(raw) / f"{split}.{SRC}")[:count]
+        references += read_references(raw, split, count)
     bucket_of = [next(i for i, hi in enumerate(bounds) if hi is None or len(s.split()) <= hi)
                  for s in sources]
     rows, seen = [], set()
