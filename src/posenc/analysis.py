@@ -23,6 +23,7 @@ from posenc import config, corpora, files, tokens
 from posenc.corpora import SRC
 from posenc.decode import translate
 from posenc.evaluate import read_references, score
+from posenc.figures import pyplot, save_png
 from posenc.positional import sinusoid_table
 
 TERMS = ("word-word", "word-position", "position-word", "position-position")
@@ -223,13 +224,7 @@ def markdown(a: dict, shares: tuple[float, ...]) -> str:
 
 
 def plot(a: dict, figures: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posenc.report import _save_png
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     key = f"L{a['longest_training_sentence']}"
     for name, tables in a["position_variance"].items():
@@ -238,7 +233,7 @@ def plot(a: dict, figures: Path) -> None:
            title="Which dimensions move with position")
     if a["position_variance"]:
         ax.legend()
-    _save_png(fig, figures / "position_variance.png")
+    save_png(fig, figures / "position_variance.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
     names = list(a["logit_terms"])
@@ -249,7 +244,7 @@ def plot(a: dict, figures: Path) -> None:
         bottom += values
     ax.set(ylabel="share of logit variance", title="First encoder layer: the four logit terms")
     ax.legend()
-    _save_png(fig, figures / "logit_terms.png")
+    save_png(fig, figures / "logit_terms.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
     names = list(a["word_order_bleu"])
@@ -259,7 +254,7 @@ def plot(a: dict, figures: Path) -> None:
     ax.set_xticks([j + 0.27 for j in range(len(names))], names)
     ax.set(ylabel="dev BLEU", title="Source word order")
     ax.legend()
-    _save_png(fig, figures / "word_order.png")
+    save_png(fig, figures / "word_order.png")
 
 
 def run(args) -> None:

@@ -23,6 +23,7 @@ from posenc import config, corpora, files
 from posenc.corpora import SRC
 from posenc.errors import UserError
 from posenc.evaluate import hypothesis_path, read_references
+from posenc.figures import pyplot, save_png
 
 # Vaswani et al. 2017, Table 3: the base model and row (E), newstest2013 (WMT14 en-de dev).
 PAPER_ROWS = [
@@ -215,11 +216,7 @@ def flat_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
 
 
 def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for name, points in curves.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker=".")
@@ -227,15 +224,11 @@ def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], path: Path)
            title="Learning curves")
     ax.grid(alpha=0.3)
     ax.legend()
-    _save_png(fig, path)
+    save_png(fig, path)
 
 
 def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     buckets = list(dict.fromkeys(r["bucket"] for r in rows))
     fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -249,17 +242,7 @@ def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
            title="BLEU by source length")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
-    _save_png(fig, path)
-
-
-def _save_png(fig, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    files.write_bytes(path, buffer.getvalue())
+    save_png(fig, path)
 
 
 def read_dev_log(path: Path) -> list[tuple[int, float]]:
