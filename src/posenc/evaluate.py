@@ -56,7 +56,7 @@ def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path
         out = translate(model, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
         hypotheses[split] = [sp.decode(ids) for ids in out]
-        result = score(hypotheses[split], read_references(raw_dir, split)[:limit])
+        result = score(hypotheses[split], read_references(raw_dir, split, limit))
         metrics["bleu"][split], metrics["chrf"][split] = result["bleu"], result["chrf"]
         metrics["signature"] = {"bleu": result["bleu_signature"], "chrf": result["chrf_signature"]}
     return metrics, hypotheses

@@ -262,8 +262,8 @@ def run(args) -> None:
     prov = provenance(runs, Path(args.lock))
     by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets)
     # Dev logs live beside each model, in directories named <variant>-<seed> by dvc.yaml's matrix.
-    curves = {f"{r['variant']}-{r['seed']}": read_dev_log(Path(args.models) / f"{r['variant']}-{r['seed']}" / "dev_log.tsv")
-              for r in runs}
+    names = [f"{r['variant']}-{r['seed']}" for r in runs]
+    curves = {name: read_dev_log(Path(args.models) / name / "dev_log.tsv") for name in names}
     figures = Path(args.figures)
     plot_learning_curves(curves, figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")
