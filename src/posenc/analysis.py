@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from posenc import config, corpora, files, tokens
+from posenc.batching import pad
 from posenc.corpora import SRC
 from posenc.decode import translate
 from posenc.evaluate import read_references, score
@@ -88,8 +89,6 @@ def logit_terms(attn, token_part: torch.Tensor, position_part: torch.Tensor) -> 
 def logit_shares(model, sentences: list[np.ndarray], batch_size: int = 64) -> dict:
     """Each term's share of the summed term variances, per head and averaged over heads, over all
     (query, key) pairs of real tokens in the first encoder layer."""
-    from posenc.batching import pad
-
     attn = model.encoder[0].attn
     stats = torch.zeros(len(TERMS), attn.heads, 3, dtype=torch.float64)  # count, sum, sum of squares
     for start in range(0, len(sentences), batch_size):
@@ -144,9 +143,10 @@ def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
     eos = next(iter(models.values())).config.eos_id
     train = [tokens.load(tokens.array_path(arrays, "train", lang), eos) for lang in ("en", "de")]
     longest = max(len(s) for side in train for s in side)
-    dev = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)
-    if cfg.max_sentences:
-        dev = dev[:cfg.max_sentences]
+    limit = cfg.max_sentences or None
+    dev = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)[:limit]
+    dev_sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")[:limit]
+    dev_references = read_references(raw, corpus.dev, limit)
     out = {"longest_training_sentence": longest, "position_variance": {}, "subspace_angles": {},
            "logit_terms": {}, "word_order_bleu": {}}
     for name, model in models.items():
@@ -167,10 +167,8 @@ def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
                 embeddings, tables[f"L{longest}"], cfg.subspace_share, cfg.random_trials, cfg.seed)
         if name != "none" and model.config.norm == "post":
             out["logit_terms"][name] = logit_shares(model, dev)
-        limit = cfg.max_sentences or None
-        sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")[:limit]
-        out["word_order_bleu"][name] = word_order_bleu(model, sp, sources,
-                                                       read_references(raw, corpus.dev, limit), cfg.seed, eval_cfg)
+        out["word_order_bleu"][name] = word_order_bleu(model, sp, dev_sources, dev_references,
+                                                       cfg.seed, eval_cfg)
     return out
 
 
