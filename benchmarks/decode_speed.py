@@ -20,7 +20,7 @@ from posenc import tokens
 from posenc.config import ModelConfig
 from posenc.decode import translate
 from posenc.model import build_model
-from posenc.train import load_model
+from posenc.checkpoints import load_model
 
 
 def main() -> None:

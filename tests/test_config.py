@@ -1,3 +1,6 @@
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,64 @@ def test_fixed_fields_cannot_be_set_from_params(tmp_path):
     text = (ROOT / "params.yaml").read_text().replace("  d_model: 128", "  d_model: 128\n  vocab_size: 9")
     with pytest.raises(UserError, match=r"model\.vocab_size: unknown key"):
         config.load(_params(tmp_path, text), "model", ModelConfig, **IDS)
+
+
+ALL = {**SECTIONS, "model": ModelConfig}
+
+
+@pytest.mark.parametrize("section, old, new, message", [
+    ("train", "max_steps: 1200", "max_steps: 0", "train.max_steps: 0 is out of range; it must be >= 1"),
+    ("train", "warmup: 600", "warmup: -5", "train.warmup: -5 is out of range; it must be >= 1"),
+    ("train", "accum: 1", "accum: 0", "train.accum: 0 is out of range; it must be >= 1"),
+    ("train", "save_every: 100", "save_every: 0", "train.save_every: 0 is out of range"),
+    ("train", "threads: 2\n  precision", "threads: 0\n  precision", "train.threads: 0 is out of range"),
+    ("train", "average_last: 5", "average_last: 0", "train.average_last: 0 is out of range"),
+    ("train", "average_last: 5", "average_last: 13", "train.average_last: 13 is more than the 12 "
+     "checkpoints that max_steps 1200 with save_every 100 saves"),
+    ("train", "lr_scale: 1.0", "lr_scale: .nan", "train.lr_scale: nan is not a finite float"),
+    ("train", "lr_scale: 1.0", "lr_scale: 0", "train.lr_scale: 0.0 is out of range; it must be > 0"),
+    ("train", "label_smoothing: 0.1", "label_smoothing: 1.0", "train.label_smoothing: 1.0 is out of "
+     "range; it must be in [0, 1)"),
+    ("train", "[0.9, 0.98]", "[0.9, 1.5]", r"train.adam_betas[1]: 1.5 is out of range"),
+    ("model", "heads: 4", "heads: 0", "model.heads: 0 is out of range; it must be >= 1"),
+    ("model", "dropout: 0.1", "dropout: 1.5", "model.dropout: 1.5 is out of range; it must be in [0, 1)"),
+    ("eval", "beam: 4", "beam: 0", "eval.beam: 0 is out of range; it must be >= 1"),
+    ("eval", "max_sentences: 0 ", "max_sentences: -1 ", "eval.max_sentences: -1 is out of range; "
+     "it must be >= 0"),
+    ("data", "max_train_pairs: null", "max_train_pairs: 0", "data.max_train_pairs: 0 is not an int >= 1 or null"),
+    ("data", "max_ratio: 3.0", "max_ratio: 0.5", "data.max_ratio: 0.5 is out of range; it must be >= 1"),
+    ("tokenizer", "character_coverage: 1.0", "character_coverage: 0", "tokenizer.character_coverage: "
+     "0.0 is out of range; it must be in (0, 1]"),
+    ("analyze", "subspace_share: 0.9", "subspace_share: 1.2", "analyze.subspace_share: 1.2 is out of range"),
+])
+def test_numbers_out_of_range_name_the_key_and_the_range(tmp_path, section, old, new, message):
+    text = (ROOT / "params.yaml").read_text()
+    assert old in text
+    fixed = IDS if section == "model" else {}
+    with pytest.raises(UserError, match=re.escape(message)):
+        config.load(_params(tmp_path, text.replace(old, new, 1)), section, ALL[section], **fixed)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("seeds", "[1, 1]", "seeds: 1 is listed twice; list each value once"),
+    ("variants", "[sinusoidal, none, sinusoidal]", "variants: 'sinusoidal' is listed twice"),
+    ("seeds", "[]", "seeds: the list is empty"),
+    ("seeds", "[-1]", "seeds[0]: -1 is out of range; it must be >= 0"),
+])
+def test_top_level_lists_refuse_duplicates_and_bad_seeds(tmp_path, key, value, message):
+    text = (ROOT / "params.yaml").read_text().replace(f"{key}: ", f"{key}: {value}  #", 1)
+    item = config.NonNegative if key == "seeds" else str
+    with pytest.raises(UserError, match=re.escape(message)):
+        config.load_list(_params(tmp_path, text), key, item)
+
+
+def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
+    text = (ROOT / "params.yaml").read_text().replace("seeds: [1]", "seeds: [1, 1]")
+    (tmp_path / "params.yaml").write_text(text)
+    r = subprocess.run([sys.executable, "-m", "posenc", "report", *[a for o in (
+        "--runs", "--models", "--raw", "--lock", "--table-md", "--table-json", "--table-csv",
+        "--by-length-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
+        capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr == "posenc report: error: params.yaml: seeds: 1 is listed twice; list each value once\n"
+    assert not (tmp_path / "out").exists()

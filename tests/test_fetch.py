@@ -112,15 +112,28 @@ def test_missing_file(tmp_path, copy_mirror):
     _fails(tmp_path, copy_mirror, "test_2017_mscoco.de: missing from the mirror")
 
 
-def test_line_counts_differ(tmp_path, copy_mirror):
-    # an unpinned corpus reaches the alignment check: the wmt14 training sample
-    wmt = copy_mirror / "wmt14-en-de"
+def _wmt_training_files(mirror: Path, **files: bytes) -> None:
+    """WMT14 training text in the mirror (train-*.{en,de}): an aligned file pair, and `files`."""
+    wmt = mirror / "wmt14-en-de"
     wmt.mkdir()
     (wmt / "train-a.en").write_text("one\ntwo\n")
-    (wmt / "train-a.de").write_text("eins\n")
-    with pytest.raises(UserError, match=r"train-\*\.en has 2 lines but .*train-\*\.de has 1"):
+    (wmt / "train-a.de").write_text("eins\nzwei\n")
+    for name, data in files.items():
+        (wmt / name.replace("_", ".")).write_bytes(data)
+
+
+def test_line_counts_differ_names_the_file_not_the_glob(tmp_path, copy_mirror):
+    # an unpinned corpus reaches the alignment check: the wmt14 training text, several files
+    _wmt_training_files(copy_mirror, **{"train-b_en": b"one\ntwo\n", "train-b_de": b"eins\n"})
+    with pytest.raises(UserError, match=r"/train-b\.en has 2 lines but .*/train-b\.de has 1;"):
         fetch(corpora.get("wmt14"), tmp_path / "raw", copy_mirror, None, 1)
     assert not (tmp_path / "raw").exists()
+
+
+def test_a_training_file_without_its_other_side_is_named(tmp_path, copy_mirror):
+    _wmt_training_files(copy_mirror, **{"train-b_de": b"eins\n"})
+    with pytest.raises(UserError, match=r"/train-b\.en: missing from the mirror"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", copy_mirror, None, 1)
 
 
 def test_line_counts_differ_in_a_pinned_file_is_a_checksum_error(tmp_path, copy_mirror):
@@ -131,11 +144,8 @@ def test_line_counts_differ_in_a_pinned_file_is_a_checksum_error(tmp_path, copy_
 
 
 def test_not_utf8(tmp_path, copy_mirror):
-    wmt = copy_mirror / "wmt14-en-de"
-    wmt.mkdir()
-    (wmt / "train-a.en").write_bytes(b"caf\xe9\n")
-    (wmt / "train-a.de").write_text("Kaffee\n")
-    with pytest.raises(UserError, match=r"train-\*\.en: line 1 is not UTF-8 \(byte 0xe9\)"):
+    _wmt_training_files(copy_mirror, **{"train-b_en": b"caf\xe9\n", "train-b_de": b"Kaffee\n"})
+    with pytest.raises(UserError, match=r"/train-b\.en: line 1 is not UTF-8 \(byte 0xe9\)"):
         fetch(corpora.get("wmt14"), tmp_path / "raw", copy_mirror, None, 1)
 
 

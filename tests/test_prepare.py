@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import numpy as np
 import sentencepiece as spm
@@ -51,3 +52,22 @@ def test_vocabulary_too_large_for_the_text_fails_clearly(tiny_data):
                "--arrays", "big/arrays", "--stats", "big/stats.json", cwd=tiny_data)
     assert r.returncode == 2 and "tokenizer.vocab_size 90000" in r.stderr, r.stderr
     assert not (tiny_data / "big").exists()
+
+
+def test_a_failed_prepare_keeps_the_previous_tokenizer_arrays_and_stats(tiny_data, tmp_path):
+    """A new vocabulary is trained, then encoding fails: the old set stays whole, never a new
+    spm.model beside arrays encoded with the old one; a killed run's staging is cleaned."""
+    shutil.copytree(tiny_data / "data", tmp_path / "data")
+    prepared = tmp_path / "data/prepared"
+    before = {p.relative_to(prepared): p.read_bytes() for p in prepared.rglob("*") if p.is_file()}
+    (prepared / ".prepare.tmp").mkdir()
+    (prepared / ".prepare.tmp/model").write_bytes(b"left by a kill")
+    (tmp_path / "params.yaml").write_text(
+        (tiny_data / "params.yaml").read_text().replace("vocab_size: 400", "vocab_size: 300"))
+    (tmp_path / "data/raw/multi30k/test_2017_mscoco.de").unlink()
+    r = posenc("prepare", "--raw", "data/raw/multi30k", "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--stats", "data/prepared/stats.json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "test_2017_mscoco.de: missing; run `dvc repro fetch` first" in r.stderr
+    after = {p.relative_to(prepared): p.read_bytes() for p in prepared.rglob("*") if p.is_file()}
+    assert after == before

@@ -256,20 +256,18 @@ def plot(a: dict, figures: Path) -> None:
 
 
 def run(args) -> None:
-    import sentencepiece as spm
-
-    from posenc.train import load_model
+    from posenc.checkpoints import load_model, run_name
 
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "analyze", config.AnalyzeConfig)
     eval_cfg = config.load(args.params, "eval", config.EvalConfig)
     variants = config.load_list(args.params, "variants", str)
-    seed = config.load_list(args.params, "seeds", int)[0]
+    seed = config.load_list(args.params, "seeds", config.NonNegative)[0]
     torch.set_num_threads(eval_cfg.threads)
     torch.use_deterministic_algorithms(True)
     # Model directories are named <variant>-<seed> by dvc.yaml's matrix; the first seed is analysed.
-    models = {v: load_model(Path(args.models) / f"{v}-{seed}" / "model.pt") for v in variants}
-    sp = spm.SentencePieceProcessor(model_file=str(args.spm))
+    models = {v: load_model(Path(args.models) / run_name(v, seed) / "model.pt") for v in variants}
+    sp = tokens.load_tokenizer(Path(args.spm))
     result = analyze(models, sp, corpora.get(data.corpus), Path(args.arrays), Path(args.raw), cfg, eval_cfg)
     plot(result, Path(args.figures))
     files.write_json(args.json, result)

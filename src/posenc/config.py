@@ -2,21 +2,52 @@
 
 Each stage loads only the sections it uses (`load(path, "train", TrainConfig)`); library code
 never sees params.yaml, only these objects or plain arguments. An unknown key, a missing key or a
-value of the wrong type fails with one line that names the key and what it should be.
+value of the wrong type, or a number out of its range, fails with one line that names the key
+and what it should be. Ranges are written beside each field (`Annotated[int, Range(1)]`), so
+the allowed values of a key are read in one place.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
 from posenc.errors import UserError
+
+
+@dataclass(frozen=True)
+class Range:
+    """Allowed values of a numeric key: low <= value <= high, or strict where `open`."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+                f"{')' if self.high_open else ']'}")
+
+
+Positive = Annotated[int, Range(1)]
+NonNegative = Annotated[int, Range(0)]
+PositiveFloat = Annotated[float, Range(0, low_open=True)]
+NonNegativeFloat = Annotated[float, Range(0)]
+Fraction = Annotated[float, Range(0, 1, high_open=True)]     # a probability below 1: [0, 1)
+Share = Annotated[float, Range(0, 1, low_open=True)]         # a share of a whole: (0, 1]
 
 # Top-level keys of params.yaml. `variants`, `seeds` and `launcher` are read by dvc.yaml only.
 SECTIONS = ("data", "tokenizer", "model", "train", "eval", "report", "analyze",
@@ -26,19 +57,19 @@ SECTIONS = ("data", "tokenizer", "model", "train", "eval", "report", "analyze",
 @dataclass(frozen=True)
 class DataConfig:
     corpus: str                   # a name in posenc.corpora.CORPORA
-    max_train_pairs: int | None   # None: all pairs; else a seeded random subset of this size
-    subset_seed: int
-    max_len: int                  # training pairs with more subword tokens on a side are dropped
-    max_ratio: float              # ... and so are pairs whose length ratio is above this
+    max_train_pairs: Positive | None  # None: all pairs; else a seeded random subset of this size
+    subset_seed: NonNegative
+    max_len: Positive             # training pairs with more subword tokens on a side are dropped
+    max_ratio: Annotated[float, Range(1)]  # ... and so are pairs whose length ratio is above this
 
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    vocab_size: int               # one joint BPE vocabulary (§5.1)
-    character_coverage: float
-    input_sentence_size: int      # 0: train on every sentence; else a seeded sample of this many
-    seed: int
-    threads: int
+    vocab_size: Positive          # one joint BPE vocabulary (§5.1)
+    character_coverage: Share
+    input_sentence_size: NonNegative  # 0: train on every sentence; else a seeded sample of this many
+    seed: NonNegative
+    threads: Positive
 
 
 @dataclass(frozen=True)
@@ -49,60 +80,72 @@ class ModelConfig:
     pad_id: int
     bos_id: int
     eos_id: int
-    d_model: int
-    d_ff: int
-    heads: int
-    layers: int                   # N, on each side (§3.1)
-    dropout: float                # P_drop (§5.4)
-    max_positions: int            # rows of a learned position table
-    concat_dim: int               # width of the position part for `concat`
+    d_model: Positive
+    d_ff: Positive
+    heads: Positive
+    layers: Positive              # N, on each side (§3.1)
+    dropout: Fraction             # P_drop (§5.4)
+    max_positions: Positive       # rows of a learned position table
+    concat_dim: Positive          # width of the position part for `concat`
     concat_kind: Literal["sinusoidal", "learned"]
     norm: Literal["post", "pre"]  # post: LayerNorm(x + Sublayer(x)) as in §3.1
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    max_tokens: int               # per side and micro-batch, padding included
-    accum: int                    # micro-batches per update (and per process)
-    max_steps: int
-    warmup: int                   # warmup_steps of §5.3
-    lr_scale: float               # 1.0 is the paper's schedule
-    adam_betas: tuple[float, float]
-    adam_eps: float
-    label_smoothing: float        # epsilon_ls (§5.4)
-    save_every: int
-    average_last: int             # checkpoints averaged into the final model (§6.1)
-    dev_every: int
-    threads: int                  # part of the experiment: 1 and 2 threads give different bits
+    max_tokens: Positive          # per side and micro-batch, padding included
+    accum: Positive               # micro-batches per update (and per process)
+    max_steps: Positive
+    warmup: Positive              # warmup_steps of §5.3
+    lr_scale: PositiveFloat       # 1.0 is the paper's schedule
+    adam_betas: tuple[Fraction, Fraction]
+    adam_eps: PositiveFloat
+    label_smoothing: Fraction     # epsilon_ls (§5.4)
+    save_every: Positive
+    average_last: Positive        # checkpoints averaged into the final model (§6.1)
+    dev_every: Positive
+    threads: Positive             # part of the experiment: 1 and 2 threads give different bits
     precision: Literal["float32", "bfloat16"]
+
+    def __post_init__(self):
+        saved = len(checkpoint_steps(self.max_steps, self.save_every))
+        if self.average_last > saved:
+            raise UserError(f"average_last: {self.average_last} is more than the {saved} checkpoints "
+                            f"that max_steps {self.max_steps} with save_every {self.save_every} "
+                            f"saves; lower it, or lower train.save_every")
+
+
+def checkpoint_steps(max_steps: int, save_every: int) -> list[int]:
+    """The updates after which a training run saves a checkpoint: every `save_every`, and the last."""
+    return sorted({*range(save_every, max_steps + 1, save_every), max_steps})
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    beam: int                     # §6.1: beam size 4
-    lenpen: float                 # §6.1: alpha 0.6, GNMT's ((5+len)/6)^alpha
-    max_len_extra: int            # §6.1: output length at most input length + 50
-    batch_tokens: int             # source tokens per decoding batch
-    threads: int
-    max_sentences: int            # 0: every sentence; else the first N of each split (quick profiles)
+    beam: Positive                # §6.1: beam size 4
+    lenpen: NonNegativeFloat      # §6.1: alpha 0.6, GNMT's ((5+len)/6)^alpha
+    max_len_extra: NonNegative    # §6.1: output length at most input length + 50
+    batch_tokens: Positive        # source tokens per decoding batch
+    threads: Positive
+    max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
 
 
 @dataclass(frozen=True)
 class ReportConfig:
     baseline: str                 # the variant the others are tested against
-    bootstrap_samples: int
-    bootstrap_seed: int
-    length_buckets: tuple[int, ...]  # upper bounds (source words) of the length buckets
+    bootstrap_samples: Positive
+    bootstrap_seed: NonNegative
+    length_buckets: tuple[Positive, ...]  # upper bounds (source words) of the length buckets
 
 
 @dataclass(frozen=True)
 class AnalyzeConfig:
-    variance_shares: tuple[float, ...]  # report how many dimensions hold these shares
-    long_positions: int           # the second position range for conjecture 1
-    subspace_share: float         # principal subspaces cover this share of the variance
-    random_trials: int            # Monte Carlo draws for the random-subspace baseline
-    seed: int
-    max_sentences: int            # dev sentences for the logit split and word-order test (0 = all)
+    variance_shares: tuple[Share, ...]  # report how many dimensions hold these shares
+    long_positions: Positive      # the second position range for conjecture 1
+    subspace_share: Share         # principal subspaces cover this share of the variance
+    random_trials: Positive       # Monte Carlo draws for the random-subspace baseline
+    seed: NonNegative
+    max_sentences: NonNegative    # dev sentences for the logit split and word-order test (0 = all)
 
 
 def load(path: str | Path, section: str, cls: type, **fixed: Any):
@@ -113,9 +156,17 @@ def load(path: str | Path, section: str, cls: type, **fixed: Any):
     return build(cls, raw[section], f"{path}: {section}", **fixed)
 
 
-def load_list(path: str | Path, key: str, item_type: type) -> tuple:
+def load_list(path: str | Path, key: str, item_type: Any) -> tuple:
+    """A top-level list (`variants`, `seeds`): non-empty, and no value twice (DVC's matrix would
+    silently merge the duplicates, and the table would count one run twice)."""
     raw = read_params(path)
-    return _convert(raw.get(key), tuple[item_type, ...], f"{path}: {key}")
+    values = _convert(raw.get(key), tuple[item_type, ...], f"{path}: {key}")
+    if not values:
+        raise UserError(f"{path}: {key}: the list is empty; name at least one")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise UserError(f"{path}: {key}: {twice!r} is listed twice; list each value once")
+    return values
 
 
 def read_params(path: str | Path) -> dict:
@@ -138,7 +189,7 @@ def build(cls: type, values: Any, where: str, **fixed: Any):
     """Check `values` against the fields of dataclass `cls` and construct it."""
     if not isinstance(values, dict):
         raise UserError(f"{where}: expected a mapping of keys, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     settable = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
     for key in values:
         if key not in settable:
@@ -147,11 +198,19 @@ def build(cls: type, values: Any, where: str, **fixed: Any):
         if key not in values:
             raise UserError(f"{where}.{key}: missing; add it (see params.yaml for an example)")
     converted = {k: _convert(v, hints[k], f"{where}.{k}") for k, v in values.items()}
-    return cls(**converted, **fixed)
+    try:
+        return cls(**converted, **fixed)
+    except UserError as e:  # a check across keys (__post_init__) names its key without the file
+        raise UserError(f"{where}.{e}") from None
 
 
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        value, allowed = _convert(value, args[0], where), args[1]
+        if value not in allowed:
+            raise UserError(f"{where}: {value!r} is out of range; it must be {allowed}")
+        return value
     if origin in (typing.Union, types.UnionType):
         for option in args:
             try:
@@ -175,7 +234,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if value is None:
             return None
     elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -187,8 +246,12 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 
 def _describe(tp: Any) -> str:
     args = typing.get_args(tp)
+    if typing.get_origin(tp) is Annotated:
+        return f"{_describe(args[0])} {args[1]}"
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in args)
     if tp is type(None):
         return "null"
+    if tp is float:
+        return "a finite float"
     return f"a{'n' if tp is int else ''} {getattr(tp, '__name__', str(tp))}"

@@ -17,7 +17,7 @@ from posenc.config import EvalConfig
 from posenc.corpora import SRC, TGT, Corpus
 from posenc.decode import translate
 from posenc.errors import UserError
-from posenc.model import count_parameters
+from posenc.model import check_lengths, count_parameters
 from posenc.scoring import corpus_nll, perplexity
 
 
@@ -46,13 +46,19 @@ def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path
              cfg: EvalConfig, device="cpu") -> tuple[dict, dict[str, list[str]]]:
     """(metrics, hypotheses per split) for one trained model."""
     eos, limit = model.config.eos_id, cfg.max_sentences or None
-    dev_src = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)[:limit]
-    dev_tgt = tokens.load(tokens.array_path(arrays, corpus.dev, TGT), eos)[:limit]
+    paths = [tokens.array_path(arrays, corpus.dev, TGT)]
+    paths += [tokens.array_path(arrays, split, SRC) for split in corpus.scored]
+    read = {path: tokens.load(path, eos)[:limit] for path in paths}
+    # A source longer than a learned position table is not cut to fit (that would score a
+    # translation of part of the sentence): the stage stops before decoding, naming it.
+    check_lengths(model, read)
+    dev_src = read[tokens.array_path(arrays, corpus.dev, SRC)]
+    dev_tgt = read[tokens.array_path(arrays, corpus.dev, TGT)]
     nll, count = corpus_nll(model, dev_src, dev_tgt, cfg.batch_tokens, device)
     metrics = {"parameters": count_parameters(model), "dev_ppl": round(perplexity(nll, count), 4)}
     metrics["bleu"], metrics["chrf"], hypotheses = {}, {}, {}
     for split in corpus.scored:
-        src = tokens.load(tokens.array_path(arrays, split, SRC), eos)[:limit]
+        src = read[tokens.array_path(arrays, split, SRC)]
         out = translate(model, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
         hypotheses[split] = [sp.decode(ids) for ids in out]
@@ -66,7 +72,7 @@ def run(args) -> None:
     import torch
 
     from posenc import config, corpora
-    from posenc.train import load_model
+    from posenc.checkpoints import load_model
 
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "eval", EvalConfig)
@@ -74,7 +80,7 @@ def run(args) -> None:
     torch.use_deterministic_algorithms(True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_model(Path(args.model), device)
-    sp = spm.SentencePieceProcessor(model_file=str(args.spm))
+    sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
     metrics, hypotheses = evaluate(model, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)
     metrics = {"variant": model.config.positional, "seed": args.seed, **metrics}

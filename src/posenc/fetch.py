@@ -39,27 +39,33 @@ def fetch(corpus: Corpus, out_dir: Path, mirror: Path | None, max_train_pairs: i
     try:
         for split in corpus.splits:
             if mirror is not None:
-                raw, where = _read_mirror(mirror, split), {lang: str(mirror / f"{split.mirror}.{lang}") for lang in LANGS}
+                parts = _read_mirror(mirror, split)
             elif corpus.source == "multi30k":
-                raw, where = _download_multi30k(multi30k_url, split)
+                parts = [_download_multi30k(multi30k_url, split)]
             else:
-                raw, where = _download_hf(corpus, split)
-            if split.sha256 is not None:
+                parts = [_download_hf(corpus, split)]
+            # Each file (pair) is checked on its own, so that an error names the file at fault.
+            lines = {lang: [] for lang in LANGS}
+            for raw, where in parts:
+                if split.sha256 is not None:
+                    for lang in LANGS:
+                        _verify(where[lang], raw[lang], split.sha256[lang])
+                part = {lang: files.split_lines(_decode(where[lang], raw[lang])) for lang in LANGS}
+                if len(part[SRC]) != len(part[TGT]):
+                    raise UserError(f"{where[SRC]} has {len(part[SRC])} lines but {where[TGT]} has "
+                                    f"{len(part[TGT])}; the two sides must be aligned line by line")
                 for lang in LANGS:
-                    _verify(where[lang], raw[lang], split.sha256[lang])
-            text = {lang: _decode(where[lang], raw[lang]) for lang in LANGS}
-            lines = {lang: files.split_lines(text[lang]) for lang in LANGS}
-            if len(lines[SRC]) != len(lines[TGT]):
-                raise UserError(f"{where[SRC]} has {len(lines[SRC])} lines but {where[TGT]} has "
-                                f"{len(lines[TGT])}; the two sides must be aligned line by line")
+                    lines[lang] += part[lang]
             if split.role == "train":
-                pairs = _clean_pairs(lines[SRC], lines[TGT], where[SRC], max_train_pairs, subset_seed)
+                named = ", ".join(where[SRC] for _, where in parts)
+                pairs = _clean_pairs(lines[SRC], lines[TGT], named, max_train_pairs, subset_seed)
                 for i, lang in enumerate(LANGS):
                     files.write_lines(tmp / f"{split.name}.{lang}", [p[i] for p in pairs])
                 counts[split.name] = len(pairs)
             else:
                 for lang in LANGS:  # references stay byte for byte what was verified
-                    files.write_bytes(tmp / f"{split.name}.{lang}", raw[lang])
+                    files.write_bytes(tmp / f"{split.name}.{lang}",
+                                      b"".join(raw[lang] for raw, _ in parts))
                 counts[split.name] = len(lines[SRC])
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -81,22 +87,21 @@ def _clean_pairs(src: list[str], tgt: list[str], where: str, max_pairs: int | No
     return pairs
 
 
-def _read_mirror(mirror: Path, split: Split) -> dict[str, bytes]:
-    raw = {}
-    for lang in LANGS:
-        pattern = str(mirror / f"{split.mirror}.{lang}")
-        paths = sorted(glob.glob(pattern)) if "*" in pattern else [pattern]
-        if not paths or not all(os.path.isfile(p) for p in paths):
-            missing = pattern if not paths else next(p for p in paths if not os.path.isfile(p))
-            raise UserError(f"{missing}: missing from the mirror; {MIRROR_ENV} must point at a "
-                            f"directory laid out like ../shared/data/wmt")
-        raw[lang] = b"".join(_with_newline(Path(p).read_bytes()) for p in paths) if len(paths) > 1 \
-            else Path(paths[0]).read_bytes()
-    return raw
-
-
-def _with_newline(data: bytes) -> bytes:
-    return data if not data or data.endswith(b"\n") else data + b"\n"
+def _read_mirror(mirror: Path, split: Split) -> list[tuple[dict[str, bytes], dict[str, str]]]:
+    """(bytes, path) per language for each file pair of `split` (a glob may match several)."""
+    stem = str(mirror / split.mirror)
+    # Stems of either language, so that a file without its other side is named below.
+    stems = sorted({p.rsplit(".", 1)[0] for lang in LANGS for p in glob.glob(f"{stem}.{lang}")}
+                   or {stem}) if "*" in stem else [stem]
+    parts = []
+    for s in stems:
+        where = {lang: f"{s}.{lang}" for lang in LANGS}
+        for path in where.values():
+            if not os.path.isfile(path):
+                raise UserError(f"{path}: missing from the mirror; {MIRROR_ENV} must point at a "
+                                f"directory laid out like ../shared/data/wmt")
+        parts.append(({lang: Path(p).read_bytes() for lang, p in where.items()}, where))
+    return parts
 
 
 def _download_multi30k(base_url: str, split: Split) -> tuple[dict[str, bytes], dict[str, str]]:

@@ -191,3 +191,19 @@ def build_model(c: ModelConfig) -> Transformer:
 def count_parameters(model: nn.Module) -> int:
     """Shared tensors (the tied embedding) are counted once."""
     return sum(p.numel() for p in model.parameters())
+
+
+def check_lengths(model: Transformer, splits: dict) -> None:
+    """Fail, naming the first sentence that does not fit, when a learned position table is too short
+    for the sentences it will see ({file: sentences}, each sentence ending in EOS). Sinusoids have
+    no such bound (§3.5); a learned table has model.max_positions rows and nothing beyond them."""
+    if model.max_len is None:
+        return
+    too_long = [(where, i, len(s)) for where, sentences in splits.items()
+                for i, s in enumerate(sentences) if len(s) > model.max_len]
+    if too_long:
+        where, i, n = too_long[0]
+        raise UserError(f"{where}: sentence {i + 1} is {n} subwords long (EOS included), more than "
+                        f"the learned position table's {model.max_len} rows ({len(too_long)} such "
+                        f"sentences); raise model.max_positions to at least "
+                        f"{max(t[2] for t in too_long)}")

@@ -2,6 +2,9 @@
 
 Training pairs longer than `max_len` subwords on a side, or with a length ratio above
 `max_ratio`, are dropped; dev and test sets are never filtered (they are scored whole).
+
+The SentencePiece model, the arrays encoded with it and their stats change together or not at
+all: all three are made in a staging directory first, so a failed run leaves the old set whole.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from posenc.errors import UserError
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
-def train_tokenizer(texts: list[Path], model_path: Path, vocab_size: int, character_coverage: float,
-                    input_sentence_size: int, seed: int, threads: int) -> None:
-    """Train a joint BPE model on `texts`; the same inputs always give the same bytes."""
+def train_tokenizer(texts: list[Path], vocab_size: int, character_coverage: float,
+                    input_sentence_size: int, seed: int, threads: int) -> bytes:
+    """A joint BPE model trained on `texts`, serialized; the same inputs always give the same bytes."""
     spm.set_random_generator_seed(seed)
     # Written through memory: with a model_prefix, the (temporary) prefix would be stored inside
     # the model and two runs would differ in those bytes.
@@ -39,42 +42,33 @@ def train_tokenizer(texts: list[Path], model_path: Path, vocab_size: int, charac
     except RuntimeError as e:
         raise UserError(f"params.yaml: tokenizer.vocab_size {vocab_size} does not fit the "
                         f"training text ({str(e).splitlines()[-1]}); lower it") from None
-    files.write_bytes(model_path, model.getvalue())
+    return model.getvalue()
 
 
 def encode_splits(sp: spm.SentencePieceProcessor, raw_dir: Path, corpus: Corpus, arrays_dir: Path,
                   max_len: int, max_ratio: float) -> dict:
-    """Encode every split of `corpus` into `arrays_dir` (replaced whole); return the stats."""
-    tmp = arrays_dir.parent / f".{arrays_dir.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    """Encode every split of `corpus` into the new directory `arrays_dir`; return the stats."""
     stats = {}
-    try:
-        for split in tqdm(corpus.splits, desc="encode", unit=" split"):
-            ids = {}
-            for lang in (SRC, TGT):
-                path = raw_dir / f"{split.name}.{lang}"
-                if not path.is_file():
-                    raise UserError(f"{path}: missing; run `dvc repro fetch` first")
-                ids[lang] = sp.encode(files.read_lines(path))
-            pairs = list(zip(ids[SRC], ids[TGT]))
-            if split.role == "train":
-                pairs = [(s, t) for s, t in pairs if keep_pair(len(s), len(t), max_len, max_ratio)]
-            for i, lang in enumerate((SRC, TGT)):
-                tokens.save(tokens.array_path(tmp, split.name, lang), [p[i] for p in pairs],
-                            EOS, sp.vocab_size())
-            stats[split.name] = {
-                "pairs": len(pairs), "dropped": len(ids[SRC]) - len(pairs),
-                f"mean_len_{SRC}": round(sum(len(p[0]) for p in pairs) / max(len(pairs), 1), 3),
-                f"mean_len_{TGT}": round(sum(len(p[1]) for p in pairs) / max(len(pairs), 1), 3)}
-        train = next(s.name for s in corpus.splits if s.role == "train")
-        if stats[train]["pairs"] == 0:
-            raise UserError(f"{raw_dir / train}.*: no training pair survives data.max_len={max_len} "
-                            f"and data.max_ratio={max_ratio}; raise them")
-        if arrays_dir.exists():
-            shutil.rmtree(arrays_dir)
-        os.replace(tmp, arrays_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for split in tqdm(corpus.splits, desc="encode", unit=" split"):
+        ids = {}
+        for lang in (SRC, TGT):
+            path = raw_dir / f"{split.name}.{lang}"
+            if not path.is_file():
+                raise UserError(f"{path}: missing; run `dvc repro fetch` first")
+            ids[lang] = sp.encode(files.read_lines(path))
+        pairs = list(zip(ids[SRC], ids[TGT]))
+        if split.role == "train":
+            pairs = [(s, t) for s, t in pairs if keep_pair(len(s), len(t), max_len, max_ratio)]
+            if not pairs:
+                raise UserError(f"{raw_dir / split.name}.{SRC}: no training pair survives "
+                                f"data.max_len={max_len} and data.max_ratio={max_ratio}; raise them")
+        for i, lang in enumerate((SRC, TGT)):
+            tokens.save(tokens.array_path(arrays_dir, split.name, lang), [p[i] for p in pairs],
+                        EOS, sp.vocab_size())
+        stats[split.name] = {
+            "pairs": len(pairs), "dropped": len(ids[SRC]) - len(pairs),
+            f"mean_len_{SRC}": round(sum(len(p[0]) for p in pairs) / max(len(pairs), 1), 3),
+            f"mean_len_{TGT}": round(sum(len(p[1]) for p in pairs) / max(len(pairs), 1), 3)}
     return {"vocab_size": sp.vocab_size(), "splits": stats}
 
 
@@ -95,11 +89,26 @@ def run(args) -> None:
     for path in texts:
         if not path.is_file():
             raise UserError(f"{path}: missing; run `dvc repro fetch` first")
-    train_tokenizer(texts, Path(args.spm), tok.vocab_size, tok.character_coverage,
-                    tok.input_sentence_size, tok.seed, tok.threads)
-    sp = spm.SentencePieceProcessor(model_file=str(args.spm))
-    stats = encode_splits(sp, raw, corpus, Path(args.arrays), data.max_len, data.max_ratio)
-    files.write_json(args.stats, stats)
+    spm_path, arrays, stats_path = Path(args.spm), Path(args.arrays), Path(args.stats)
+    staging = arrays.parent / ".prepare.tmp"
+    shutil.rmtree(staging, ignore_errors=True)  # what a killed run left
+    try:
+        model = train_tokenizer(texts, tok.vocab_size, tok.character_coverage,
+                                tok.input_sentence_size, tok.seed, tok.threads)
+        sp = spm.SentencePieceProcessor(model_proto=model)
+        stats = encode_splits(sp, raw, corpus, staging / "arrays", data.max_len, data.max_ratio)
+        files.write_bytes(staging / "model", model)
+        files.write_json(staging / "stats", stats)
+        # The whole set is ready. The old arrays go first, so that a kill from here on leaves
+        # arrays missing (which every reader reports), never arrays beside another vocabulary.
+        if arrays.exists():
+            shutil.rmtree(arrays)
+        for made, final in ((staging / "model", spm_path), (staging / "stats", stats_path)):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(made, final)
+        os.replace(staging / "arrays", arrays)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     train = stats["splits"]["train"]
     print(f"prepare: vocabulary {stats['vocab_size']}, train pairs kept {train['pairs']}, "
           f"dropped {train['dropped']} (max_len {data.max_len}, max_ratio {data.max_ratio})")

@@ -20,6 +20,7 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from posenc import config, corpora, files
+from posenc.checkpoints import run_name
 from posenc.corpora import SRC
 from posenc.errors import UserError
 from posenc.evaluate import hypothesis_path, read_references
@@ -254,15 +255,15 @@ def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "report", config.ReportConfig)
     variants = config.load_list(args.params, "variants", str)
-    seeds = config.load_list(args.params, "seeds", int)
+    seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
     runs = load_runs(Path(args.runs), variants, seeds)
     rows = table_rows(runs, corpus)
     sig = significance(runs, corpus, raw, cfg.baseline, cfg.bootstrap_samples, cfg.bootstrap_seed)
     prov = provenance(runs, Path(args.lock))
     by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets)
-    # Dev logs live beside each model, in directories named <variant>-<seed> by dvc.yaml's matrix.
-    names = [f"{r['variant']}-{r['seed']}" for r in runs]
+    # Dev logs live beside each model, in directories named by dvc.yaml's matrix (run_name).
+    names = [run_name(r["variant"], r["seed"]) for r in runs]
     curves = {name: read_dev_log(Path(args.models) / name / "dev_log.tsv") for name in names}
     figures = Path(args.figures)
     plot_learning_curves(curves, figures / "learning_curves.png")

@@ -6,7 +6,8 @@ average of the last checkpoints as the final model (§6.1).
 
 Exactly reproducible: the seed, the thread count and deterministic algorithms fix every bit, and
 the data a step sees depends on (seed, step) only. Killed and restarted, a run resumes from its
-last checkpoint and ends with the same bits. Under torchrun it trains with DistributedDataParallel.
+last checkpoint and ends with the same bits, and never from a checkpoint of other settings, data
+or code (posenc.checkpoints). Under torchrun it trains with DistributedDataParallel.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import math
 import os
 import shutil
@@ -27,11 +27,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from posenc import files, tokens
+from posenc import checkpoints, files, tokens
 from posenc.batching import collate, epoch_order, make_batches
-from posenc.config import ModelConfig, TrainConfig
+from posenc.config import ModelConfig, TrainConfig, checkpoint_steps
 from posenc.errors import UserError
-from posenc.model import build_model, count_parameters
+from posenc.model import build_model, check_lengths, count_parameters
 from posenc.scoring import corpus_nll, perplexity
 
 TRAIN_LOG_HEADER = ["step", "lr", "loss", "tokens"]
@@ -58,7 +58,7 @@ class Corpus:
     train_tgt: list[np.ndarray]
     dev_src: list[np.ndarray]
     dev_tgt: list[np.ndarray]
-    fingerprint: str     # of the training arrays: a checkpoint of other data is never resumed
+    fingerprint: str     # of the arrays read: a checkpoint of other data is never resumed
 
 
 def load_corpus(arrays: Path, dev: str, eos: int) -> Corpus:
@@ -67,11 +67,8 @@ def load_corpus(arrays: Path, dev: str, eos: int) -> Corpus:
     for split in ("train", dev):
         for lang in ("en", "de"):
             path = tokens.array_path(arrays, split, lang)
-            if not path.is_file():
-                raise UserError(f"{path}: missing; run `dvc repro prepare` first")
             sides[split, lang] = tokens.load(path, eos)
-            if split == "train":
-                digest.update(files.sha256(path).encode())
+            digest.update(files.sha256(path).encode())
     return Corpus(sides["train", "en"], sides["train", "de"], sides[dev, "en"], sides[dev, "de"],
                   digest.hexdigest())
 
@@ -84,8 +81,13 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     torch.use_deterministic_algorithms(True)
     model = build_model(model_config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=cfg.adam_betas, eps=cfg.adam_eps)
-    fingerprint = _fingerprint(model_config, cfg, seed, world, corpus)
-    state = _resume(paths.checkpoints, fingerprint, model, optimizer, device, rank)
+    fingerprint = checkpoints.fingerprint(
+        [dataclasses.asdict(model_config), dataclasses.asdict(cfg), seed, world],
+        corpus.fingerprint, __name__)
+    # The steps whose checkpoints make the final average (§6.1): a resumed run needs those it has
+    # already passed.
+    window = checkpoint_steps(cfg.max_steps, cfg.save_every)[-cfg.average_last:]
+    state = _resume(paths.checkpoints, fingerprint, window, model, optimizer, device, rank, world)
     step, train_rows, dev_rows = state["step"], state["train_rows"], state["dev_rows"]
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
@@ -130,6 +132,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
             dist.all_reduce(totals)
         loss_sum, n_tokens = totals.tolist()
         if not math.isfinite(loss_sum):
+            bar.close()  # so that the error gets a line of its own
             raise UserError(f"step {step}: the training loss is {loss_sum}; the run diverged: "
                             f"lower train.lr_scale or raise train.warmup")
         # Gradients are summed token losses (DDP averages them over processes); divide by the
@@ -144,8 +147,12 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
             nll, count = corpus_nll(model, corpus.dev_src, corpus.dev_tgt, cfg.max_tokens, device)
             dev_rows.append((step, nll / count, perplexity(nll, count)))
         if rank == 0 and (step % cfg.save_every == 0 or step == cfg.max_steps):
-            _save_checkpoint(paths.checkpoints, step, fingerprint, model, optimizer,
-                             train_rows, dev_rows, cfg.average_last)
+            state = {"fingerprint": fingerprint, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
+                     "train_rows": train_rows, "dev_rows": dev_rows}
+            if torch.cuda.is_available():
+                state["cuda_rng"] = torch.cuda.get_rng_state()
+            checkpoints.save(paths.checkpoints, step, state, cfg.average_last)
         elapsed = time.perf_counter() - started
         bar.set_postfix(loss=f"{loss_sum / n_tokens:.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
                         refresh=False)
@@ -154,83 +161,40 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     summary = {"variant": model_config.positional, "seed": seed, "steps": step,
                "parameters": count_parameters(model), "dev_ppl": dev_rows[-1][2] if dev_rows else None}
     if rank == 0:
-        averaged = average_checkpoints(paths.checkpoints, cfg.average_last)
+        averaged = checkpoints.average(paths.checkpoints, window)
         files.write_tsv(paths.train_log, TRAIN_LOG_HEADER, train_rows)
         files.write_tsv(paths.dev_log, DEV_LOG_HEADER, dev_rows)
-        files.save_torch(paths.model, {"config": dataclasses.asdict(model_config), "model": averaged})
+        checkpoints.save_model(paths.model, model_config, averaged)
         wall = time.perf_counter() - started
         files.write_json(paths.timings, {
             **summary, "wall_s": round(wall, 1), "resumed_from_step": resumed_from,
             "target_tokens_per_s_this_process": round(tokens_seen / world / wall, 1),
             "threads": cfg.threads, "processes": world, "device": device.type,
             "allocator": os.environ.get("LD_PRELOAD", "") or "default"})
-        shutil.rmtree(paths.checkpoints)
+        shutil.rmtree(paths.checkpoints)  # after the model: a kill in between only repeats the average
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return summary
 
 
-def load_model(path: Path, device: torch.device | str = "cpu"):
-    """Rebuild a model from the config saved beside its weights (the averaged model of `train`)."""
-    if not Path(path).is_file():
-        raise UserError(f"{path}: missing; run `dvc repro` to train it")
-    saved = torch.load(path, map_location=device, weights_only=True)
-    model = build_model(ModelConfig(**saved["config"])).to(device)
-    model.load_state_dict(saved["model"])
-    return model.eval()
-
-
-def average_checkpoints(directory: Path, last: int) -> dict:
-    """§6.1: the element-wise mean of the last `last` checkpoints' weights."""
-    paths = sorted(directory.glob("step-*.pt"))[-last:]
-    total = None
-    for path in paths:
-        weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
-        if total is None:
-            total = {k: v.double() for k, v in weights.items()}
-        else:
-            for k, v in weights.items():
-                total[k] += v.double()
-    return {k: (v / len(paths)).to(weights[k].dtype) for k, v in total.items()}
-
-
-def _save_checkpoint(directory: Path, step: int, fingerprint: str, model, optimizer,
-                     train_rows: list, dev_rows: list, keep: int) -> None:
-    state = {"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
-             "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-             "train_rows": train_rows, "dev_rows": dev_rows}
-    if torch.cuda.is_available():
-        state["cuda_rng"] = torch.cuda.get_rng_state()
-    files.save_torch(directory / f"step-{step:08d}.pt", state)
-    for old in sorted(directory.glob("step-*.pt"))[:-keep]:
-        old.unlink()
-
-
-def _resume(directory: Path, fingerprint: str, model, optimizer, device, rank: int) -> dict:
-    """Load the newest checkpoint of this very configuration; otherwise start afresh."""
-    latest = sorted(directory.glob("step-*.pt"))[-1:] if directory.is_dir() else []
-    if latest:
-        state = torch.load(latest[0], map_location=device, weights_only=True)
-        if state["fingerprint"] == fingerprint:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["rng"])
-            if "cuda_rng" in state and torch.cuda.is_available():
-                torch.cuda.set_rng_state(state["cuda_rng"])
-            print(f"resuming from {latest[0]} (step {state['step']})", flush=True)
-            return {"step": state["step"], "train_rows": [tuple(r) for r in state["train_rows"]],
-                    "dev_rows": [tuple(r) for r in state["dev_rows"]]}
-    if rank == 0:
-        shutil.rmtree(directory, ignore_errors=True)  # checkpoints of another configuration
-        directory.mkdir(parents=True, exist_ok=True)
-    return {"step": 0, "train_rows": [], "dev_rows": []}
-
-
-def _fingerprint(model_config: ModelConfig, cfg: TrainConfig, seed: int, world: int, corpus: Corpus) -> str:
-    key = json.dumps([dataclasses.asdict(model_config), dataclasses.asdict(cfg), seed, world,
-                      corpus.fingerprint], sort_keys=True)
-    return hashlib.sha256(key.encode()).hexdigest()
+def _resume(directory: Path, fingerprint: dict, window: list[int], model, optimizer, device,
+            rank: int, world: int) -> dict:
+    """Load the newest usable checkpoint of this very run into model and optimizer, or start afresh.
+    Rank 0 sorts the directory out first; the other processes then read what it kept."""
+    state = checkpoints.resume(directory, fingerprint, window, device) if rank == 0 else None
+    if world > 1:
+        dist.barrier()
+        if rank != 0:
+            state = checkpoints.resume(directory, fingerprint, window, device, clean=False)
+    if state is None:
+        return {"step": 0, "train_rows": [], "dev_rows": []}
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_rng"])
+    return state
 
 
 def _setup_distributed() -> tuple[int, int, torch.device]:
@@ -249,18 +213,25 @@ def _setup_distributed() -> tuple[int, int, torch.device]:
 
 
 def run(args) -> None:
-    import sentencepiece as spm
-
     from posenc import config, corpora
 
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "train", TrainConfig)
-    sp = spm.SentencePieceProcessor(model_file=str(args.spm))
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
+    sp = tokens.load_tokenizer(Path(args.spm))
     model_config = config.load(args.params, "model", ModelConfig, positional=args.variant,
                                vocab_size=sp.vocab_size(), pad_id=sp.pad_id(),
                                bos_id=sp.bos_id(), eos_id=sp.eos_id())
-    build_model(model_config)  # a bad configuration fails here, before any data is read
-    corpus = load_corpus(Path(args.arrays), corpora.get(data.corpus).dev, sp.eos_id())
+    model = build_model(model_config)  # a bad configuration fails here, before any data is read
+    spec = corpora.get(data.corpus)
+    arrays = Path(args.arrays)
+    # Every split this model will read, in training and in evaluation, fits a learned table: fail
+    # now, not at the first dev evaluation or after minutes of decoding.
+    check_lengths(model, {tokens.array_path(arrays, split.name, lang): tokens.load(
+        tokens.array_path(arrays, split.name, lang), sp.eos_id())
+        for split in spec.splits for lang in ("en", "de")})
+    corpus = load_corpus(arrays, spec.dev, sp.eos_id())
     paths = Paths(Path(args.model), Path(args.train_log), Path(args.dev_log),
                   Path(args.checkpoints), Path(args.timings))
     s = train(model_config, cfg, args.seed, corpus, paths)

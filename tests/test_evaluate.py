@@ -1,0 +1,68 @@
+"""Evaluation's bad inputs: an unreadable model, and sources that a learned table cannot hold."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc import checkpoints
+from posenc.config import ModelConfig
+from posenc.model import build_model
+
+from conftest import posenc
+
+
+def evaluate(work: Path, model: str):
+    return posenc("evaluate", "--seed", "1", "--model", model, "--spm", "data/prepared/spm.model",
+                  "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
+                  "--metrics", "out/metrics.json", "--hyps", "out/hyps", cwd=work)
+
+
+def error_line(r) -> str:
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [line for line in r.stderr.replace("\r", "\n").split("\n") if "error:" in line]
+    assert len(lines) == 1 and lines[0].startswith("posenc evaluate: error: "), r.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_data) -> Path:
+    r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt",
+               "--train-log", "evalm/train_log.tsv", "--dev-log", "evalm/dev_log.tsv",
+               "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json", cwd=tiny_data)
+    assert r.returncode == 0, r.stderr
+    return tiny_data / "evalm/model.pt"
+
+
+def test_a_truncated_model_names_the_file_and_the_stage_that_makes_it(tiny_data, trained):
+    cut = tiny_data / "models/sinusoidal-1/model.pt"
+    cut.parent.mkdir(parents=True, exist_ok=True)
+    cut.write_bytes(trained.read_bytes()[:3000])
+    line = error_line(evaluate(tiny_data, "models/sinusoidal-1/model.pt"))
+    assert line.startswith("posenc evaluate: error: models/sinusoidal-1/model.pt: not a readable posenc model")
+    assert line.endswith("train it again with `dvc repro -f train@sinusoidal-1`")
+    assert not (tiny_data / "out").exists()
+
+
+def test_a_missing_model_says_how_to_make_it(tiny_data):
+    line = error_line(evaluate(tiny_data, "models/none-9/model.pt"))
+    assert "models/none-9/model.pt: missing; run `dvc repro` to train it" in line
+
+
+def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, trained):
+    """Evaluation does not cut a source to fit (that would score a translation of part of it)."""
+    saved = torch.load(trained, weights_only=True)
+    config = dataclasses.replace(ModelConfig(**saved["config"]), positional="learned", max_positions=20)
+    path = tiny_data / "models/learned-short/model.pt"
+    checkpoints.save_model(path, config, build_model(config).state_dict())
+    line = error_line(evaluate(tiny_data, "models/learned-short/model.pt"))
+    assert "data/prepared/arrays/val.de.npy: sentence " in line
+    assert "more than the learned position table's 20 rows" in line
+    assert "raise model.max_positions to at least" in line
+    assert not (tiny_data / "out").exists()
+    shutil.rmtree(path.parent)
