@@ -38,6 +38,14 @@ def posenc(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Complet
                           text=True, env={**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), **(env or {})})
 
 
+def error_line(r: subprocess.CompletedProcess, stage: str) -> str:
+    """The one error line of a failed stage, on a line of its own (not after a progress bar)."""
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [line for line in r.stderr.replace("\r", "\n").split("\n") if "error:" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"posenc {stage}: error: "), r.stderr[-2000:]
+    return lines[0]
+
+
 @pytest.fixture(scope="session")
 def mirror() -> Path:
     assert (MIRROR / "SHA256SUMS").is_file(), (

@@ -13,20 +13,13 @@ from posenc import checkpoints
 from posenc.config import ModelConfig
 from posenc.model import build_model
 
-from conftest import posenc
+from conftest import error_line, posenc
 
 
 def evaluate(work: Path, model: str):
     return posenc("evaluate", "--seed", "1", "--model", model, "--spm", "data/prepared/spm.model",
                   "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
                   "--metrics", "out/metrics.json", "--hyps", "out/hyps", cwd=work)
-
-
-def error_line(r) -> str:
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [line for line in r.stderr.replace("\r", "\n").split("\n") if "error:" in line]
-    assert len(lines) == 1 and lines[0].startswith("posenc evaluate: error: "), r.stderr[-2000:]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +36,14 @@ def test_a_truncated_model_names_the_file_and_the_stage_that_makes_it(tiny_data,
     cut = tiny_data / "models/sinusoidal-1/model.pt"
     cut.parent.mkdir(parents=True, exist_ok=True)
     cut.write_bytes(trained.read_bytes()[:3000])
-    line = error_line(evaluate(tiny_data, "models/sinusoidal-1/model.pt"))
+    line = error_line(evaluate(tiny_data, "models/sinusoidal-1/model.pt"), "evaluate")
     assert line.startswith("posenc evaluate: error: models/sinusoidal-1/model.pt: not a readable posenc model")
     assert line.endswith("train it again with `dvc repro -f train@sinusoidal-1`")
     assert not (tiny_data / "out").exists()
 
 
 def test_a_missing_model_says_how_to_make_it(tiny_data):
-    line = error_line(evaluate(tiny_data, "models/none-9/model.pt"))
+    line = error_line(evaluate(tiny_data, "models/none-9/model.pt"), "evaluate")
     assert "models/none-9/model.pt: missing; run `dvc repro` to train it" in line
 
 
@@ -60,7 +53,7 @@ def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, t
     config = dataclasses.replace(ModelConfig(**saved["config"]), positional="learned", max_positions=20)
     path = tiny_data / "models/learned-short/model.pt"
     checkpoints.save_model(path, config, build_model(config).state_dict())
-    line = error_line(evaluate(tiny_data, "models/learned-short/model.pt"))
+    line = error_line(evaluate(tiny_data, "models/learned-short/model.pt"), "evaluate")
     assert "data/prepared/arrays/val.de.npy: sentence " in line
     assert "more than the learned position table's 20 rows" in line
     assert "raise model.max_positions to at least" in line

@@ -18,7 +18,7 @@ import torch
 
 from posenc import checkpoints
 
-from conftest import MIRROR, ROOT
+from conftest import MIRROR, ROOT, error_line
 
 
 def train_cmd(work: Path, name: str, params: str = "params.yaml", variant: str = "concat") -> list[str]:
@@ -201,31 +201,23 @@ def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tiny_dat
     assert la == lb
 
 
-def error_line(r: subprocess.CompletedProcess) -> str:
-    """The one error line of a failed run, on a line of its own (not after a progress bar)."""
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [line for line in r.stderr.replace("\r", "\n").split("\n") if "error:" in line]
-    assert len(lines) == 1 and lines[0].startswith("posenc "), r.stderr[-2000:]
-    return lines[0]
-
-
 def test_a_diverging_run_stops_naming_the_step(tiny_data):
     params = with_params(tiny_data, "nan.yaml", **{"lr_scale: 1.0": "lr_scale: 1.0e+30"})
     r = run_train(tiny_data, "nan", params=params)
-    assert error_line(r) == ("posenc train: error: step 2: the training loss is nan; the run "
-                             "diverged: lower train.lr_scale or raise train.warmup")
+    assert error_line(r, "train") == ("posenc train: error: step 2: the training loss is nan; "
+                                      "the run diverged: lower train.lr_scale or raise train.warmup")
     assert not (tiny_data / "nan/model.pt").exists()
 
 
 def test_bad_variant_fails_before_training(tiny_data):
     r = run_train(tiny_data, "bad", variant="rotary")
-    assert "valid variants: sinusoidal, learned, concat, none" in error_line(r)
+    assert "valid variants: sinusoidal, learned, concat, none" in error_line(r, "train")
 
 
 def test_sentences_longer_than_a_learned_table_fail_before_training(tiny_data):
     params = with_params(tiny_data, "short.yaml", **{"max_positions: 256": "max_positions: 20"})
     r = run_train(tiny_data, "short", params=params, variant="learned")
-    line = error_line(r)
+    line = error_line(r, "train")
     assert "data/prepared/arrays/train.en.npy: sentence " in line
     assert "more than the learned position table's 20 rows" in line
     assert "raise model.max_positions to at least " in line
@@ -241,7 +233,7 @@ def test_a_truncated_tokenizer_names_the_file_and_the_stage(tiny_data, tmp_path)
     cmd = train_cmd(tiny_data, "cutspm")
     cmd[cmd.index("--spm") + 1] = "cut/spm.model"
     r = subprocess.run([sys.executable, *cmd], cwd=tiny_data, capture_output=True, text=True, env=env())
-    line = error_line(r)
+    line = error_line(r, "train")
     assert "cut/spm.model: not a readable SentencePiece model" in line
     assert line.endswith("train it again with `dvc repro -f prepare`")
 
@@ -251,7 +243,7 @@ def test_a_negative_seed_is_refused(tiny_data, seed):
     cmd = train_cmd(tiny_data, "neg")
     cmd[cmd.index("--seed") + 1] = seed
     r = subprocess.run([sys.executable, *cmd], cwd=tiny_data, capture_output=True, text=True, env=env())
-    assert "--seed -1: a seed is an int >= 0" in error_line(r)
+    assert "--seed -1: a seed is an int >= 0" in error_line(r, "train")
 
 
 def test_average_of_checkpoints_is_the_elementwise_mean(tmp_path):

@@ -61,7 +61,7 @@ def resume(directory: Path, expected: dict[str, str], window: list[int], device,
     directory = Path(directory)
     good, problems = {}, {}
     for path in sorted(directory.glob("step-*.pt")) if directory.is_dir() else []:
-        problem, step = _check(path, expected, device)
+        problem, step = _check(path, expected)
         if problem is None:
             good[step] = path
         else:
@@ -93,10 +93,11 @@ def resume(directory: Path, expected: dict[str, str], window: list[int], device,
     return state
 
 
-def _check(path: Path, expected: dict[str, str], device) -> tuple[str | None, int | None]:
-    """(None, step) for a good checkpoint, else (what is wrong with it, None)."""
+def _check(path: Path, expected: dict[str, str]) -> tuple[str | None, int | None]:
+    """(None, step) for a good checkpoint, else (what is wrong with it, None). Read on the CPU:
+    only the chosen checkpoint goes to the device."""
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated, not a zip, refused by weights_only: unusable all the same
         return f"unreadable ({type(e).__name__}: truncated or not a checkpoint)", None
     if not isinstance(state, dict) or not STATE_KEYS <= set(state):

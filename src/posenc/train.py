@@ -61,13 +61,14 @@ class Corpus:
     fingerprint: str     # of the arrays read: a checkpoint of other data is never resumed
 
 
-def load_corpus(arrays: Path, dev: str, eos: int) -> Corpus:
+def load_corpus(arrays: Path, dev: str, loaded: dict[Path, list[np.ndarray]]) -> Corpus:
+    """Training and dev sides out of `loaded` ({array file: sentences}, every split read once)."""
     sides = {}
     digest = hashlib.sha256()
     for split in ("train", dev):
         for lang in ("en", "de"):
             path = tokens.array_path(arrays, split, lang)
-            sides[split, lang] = tokens.load(path, eos)
+            sides[split, lang] = loaded[path]
             digest.update(files.sha256(path).encode())
     return Corpus(sides["train", "en"], sides["train", "de"], sides[dev, "en"], sides[dev, "de"],
                   digest.hexdigest())
@@ -228,10 +229,10 @@ def run(args) -> None:
     arrays = Path(args.arrays)
     # Every split this model will read, in training and in evaluation, fits a learned table: fail
     # now, not at the first dev evaluation or after minutes of decoding.
-    check_lengths(model, {tokens.array_path(arrays, split.name, lang): tokens.load(
-        tokens.array_path(arrays, split.name, lang), sp.eos_id())
-        for split in spec.splits for lang in ("en", "de")})
-    corpus = load_corpus(arrays, spec.dev, sp.eos_id())
+    loaded = {path: tokens.load(path, sp.eos_id()) for path in (
+        tokens.array_path(arrays, split.name, lang) for split in spec.splits for lang in ("en", "de"))}
+    check_lengths(model, loaded)
+    corpus = load_corpus(arrays, spec.dev, loaded)
     paths = Paths(Path(args.model), Path(args.train_log), Path(args.dev_log),
                   Path(args.checkpoints), Path(args.timings))
     s = train(model_config, cfg, args.seed, corpus, paths)
