@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# tcmalloc speeds up training on CPU ~1.5x and gives the same bits as glibc malloc (README.md);
-# used when Debian's libtcmalloc-minimal4 is installed, recorded in each run's timings log.
+# tcmalloc is a little faster than glibc as posenc tunes it (posenc/allocator.py) and gives the same
+# bits (README.md, Benchmarks); used when Debian's libtcmalloc-minimal4 is installed, recorded in
+# each run's timings log.
 TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
 export PATH := $(abspath $(BIN)):$(PATH)
 export LD_PRELOAD := $(TCMALLOC)

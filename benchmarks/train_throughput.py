@@ -5,6 +5,7 @@ tokens/s of each and their ratio. Run from the project root:
 
     python benchmarks/train_throughput.py            # the default profile's model size
     python benchmarks/train_throughput.py --d-model 256 --d-ff 1024 --layers 3
+    python benchmarks/train_throughput.py --glibc-defaults   # without posenc.allocator.tune()
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posenc import allocator
 from posenc.config import ModelConfig
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
@@ -76,7 +78,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--glibc-defaults", action="store_true",
+                   help="leave glibc's allocator as it is (training tunes it: posenc.allocator)")
     a = p.parse_args()
+    tuned = not a.glibc_defaults and allocator.tune()
     torch.set_num_threads(a.threads)
     c = ModelConfig(positional="sinusoidal", vocab_size=a.vocab, pad_id=0, bos_id=2, eos_id=3,
                     d_model=a.d_model, d_ff=a.d_ff, heads=a.heads, layers=a.layers, dropout=0.1,
@@ -94,7 +99,8 @@ def main() -> None:
         for name, model in models.items():
             rates[name].append(tokens / sum(step_time(model, optimizers[name], b) for b in data))
     print(f"d_model {a.d_model}, d_ff {a.d_ff}, {a.layers}+{a.layers} layers, {a.heads} heads, "
-          f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds")
+          f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds, "
+          f"allocator {'tuned' if tuned else 'as it is'}")
     for name, r in rates.items():
         print(f"{name:22s} median {statistics.median(r):8.0f} target tokens/s  "
               f"(min {min(r):.0f}, max {max(r):.0f})")

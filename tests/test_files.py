@@ -1,4 +1,11 @@
-"""Atomic writes: what a killed write leaves is cleaned by the next write of the same file."""
+"""Atomic writes: what a killed write leaves is cleaned by the next write of the same file; the
+allocator set-up of the stages that run a model."""
+
+import platform
+import subprocess
+import sys
+
+import pytest
 
 from posenc import files
 
@@ -12,3 +19,28 @@ def test_a_write_removes_the_temporaries_a_killed_write_left(tmp_path):
     assert not stale.exists() and other.exists()
     assert (tmp_path / "metrics.json").read_text() == '{\n  "bleu": 1.0\n}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.k3j2l1.tmp", "metrics.json"]
+
+
+PROBE = """
+import ctypes, sys, torch
+from posenc import allocator
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = Info
+if sys.argv[1] == "tuned":
+    assert allocator.tune()
+before = mallinfo2().hblkhd
+x = torch.ones(200 << 20, dtype=torch.uint8)  # a block as big as a step's logits
+print(mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
+def test_the_tuned_allocator_serves_large_blocks_from_the_heap():
+    """glibc maps a 200 MB block afresh (and zeroes its pages on every use); tuned, it does not."""
+    mapped = {how: int(subprocess.run([sys.executable, "-c", PROBE, how], capture_output=True,
+                                      text=True, check=True).stdout)
+              for how in ("as-it-is", "tuned")}
+    assert mapped["as-it-is"] >= 200 << 20 and mapped["tuned"] == 0

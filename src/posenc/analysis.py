@@ -256,7 +256,10 @@ def plot(a: dict, figures: Path) -> None:
 
 
 def run(args) -> None:
+    from posenc import allocator
     from posenc.checkpoints import load_model, run_name
+
+    allocator.tune()
 
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "analyze", config.AnalyzeConfig)

@@ -72,7 +72,10 @@ def run(args) -> None:
     import torch
 
     from posenc import config, corpora
+    from posenc import allocator
     from posenc.checkpoints import load_model
+
+    allocator.tune()
 
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "eval", EvalConfig)

@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from posenc import checkpoints, files, tokens
+from posenc import allocator, checkpoints, files, tokens
 from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, TrainConfig, checkpoint_steps
 from posenc.errors import UserError
@@ -216,6 +216,7 @@ def _setup_distributed() -> tuple[int, int, torch.device]:
 def run(args) -> None:
     from posenc import config, corpora
 
+    allocator.tune()
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "train", TrainConfig)
     if args.seed < 0:
