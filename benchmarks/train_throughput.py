@@ -1,7 +1,9 @@
 """Training throughput of posenc's Transformer next to torch.nn.Transformer of identical size.
 
 Same batches, same optimizer, forward + backward + Adam step, interleaved rounds; prints target
-tokens/s of each and their ratio. Run from the project root:
+tokens/s of each, their FLOP/s (counted by torch's FlopCounterMode, not by hand), the share of
+the machine's matmul peak (timed in the same run at the model's own shapes and thread count, with
+preallocated outputs), and the ratio of the two models. Run from the project root:
 
     python benchmarks/train_throughput.py            # the default profile's model size
     python benchmarks/train_throughput.py --d-model 256 --d-ff 1024 --layers 3
@@ -18,6 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from posenc import allocator
 from posenc.config import ModelConfig
@@ -66,6 +69,31 @@ def step_time(model, optimizer, batch) -> float:
     return time.perf_counter() - start
 
 
+def step_flops(model, batch) -> int:
+    """Floating-point operations of one forward + backward pass, as torch counts them."""
+    src, tgt_in, tgt_out = batch
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten()).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def matmul_peak(shapes: list[tuple[int, int, int]], reps: int = 20) -> float:
+    """FLOP/s of the fastest of `shapes` (m, k, n): torch.mm into a preallocated output, the
+    median of `reps` timed calls: the practical limit of this machine at these sizes."""
+    best = 0.0
+    for m, k, n in shapes:
+        x, w, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
+        torch.mm(x, w, out=out)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            torch.mm(x, w, out=out)
+            times.append(time.perf_counter() - start)
+        best = max(best, 2 * m * k * n / statistics.median(times))
+    return best
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--d-model", type=int, default=128)
@@ -94,6 +122,10 @@ def main() -> None:
     for name, model in models.items():  # warm-up
         step_time(model, optimizers[name], data[0])
     tokens = a.sentences * a.length * a.steps
+    flops = {name: step_flops(model, data[0]) for name, model in models.items()}
+    rows = a.sentences * a.length  # the model's matrices: projections, feed-forward, logits
+    peak = matmul_peak([(rows, a.d_model, a.d_model), (rows, a.d_model, a.d_ff),
+                        (rows, a.d_ff, a.d_model), (rows, a.d_model, a.vocab)])
     rates = {k: [] for k in models}
     for _ in range(a.rounds):  # interleaved, so drift in machine speed hits both alike
         for name, model in models.items():
@@ -101,9 +133,12 @@ def main() -> None:
     print(f"d_model {a.d_model}, d_ff {a.d_ff}, {a.layers}+{a.layers} layers, {a.heads} heads, "
           f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds, "
           f"allocator {'tuned' if tuned else 'as it is'}")
+    print(f"matmul peak at these shapes: {peak / 1e9:.1f} GFLOP/s")
     for name, r in rates.items():
+        per_s = statistics.median(r) / (a.sentences * a.length) * flops[name]
         print(f"{name:22s} median {statistics.median(r):8.0f} target tokens/s  "
-              f"(min {min(r):.0f}, max {max(r):.0f})")
+              f"(min {min(r):.0f}, max {max(r):.0f}); {flops[name] / 1e9:.1f} GFLOP a step, "
+              f"{per_s / 1e9:.1f} GFLOP/s = {per_s / peak:.0%} of the peak")
     ratios = [x / y for x, y in zip(rates["posenc"], rates["torch.nn.Transformer"])]
     print(f"ratio posenc / torch.nn.Transformer: median {statistics.median(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
