@@ -11,7 +11,15 @@ TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
 export PATH := $(abspath $(BIN)):$(PATH)
 export LD_PRELOAD := $(TCMALLOC)
 
-.PHONY: repro test readme clean-venv
+# The training stages run TRAIN_JOBS at a time, each with train.threads threads (params.yaml): on a
+# 2-core machine two one-thread trainings side by side finish in 0.80x the time of two two-thread
+# trainings in turn (README, Performance). DVC runs stages side by side when each is its own
+# `dvc repro` (it releases the repository lock while a stage's command runs); --wait-for-lock has
+# them take turns at dvc.lock, so one dvc.lock comes out. The bits do not depend on the schedule:
+# the thread count is a param.
+TRAIN_JOBS ?= 2
+
+.PHONY: repro pipeline test readme clean-venv
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +28,12 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $@
 
 repro: $(STAMP)
+	$(MAKE) --no-print-directory pipeline
+
+pipeline:
+	dvc repro prepare
+	dvc stage list --name-only | grep '^train@' | \
+	  xargs -r -n 1 -P $(TRAIN_JOBS) dvc --wait-for-lock repro --single-item
 	dvc repro
 
 test: $(STAMP)

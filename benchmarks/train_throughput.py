@@ -1,32 +1,44 @@
-"""Training throughput of posenc's Transformer next to torch.nn.Transformer of identical size.
+"""Training throughput of posenc's Transformer, next to torch.nn.Transformer of identical size, and
+in the real training loop on the default profile's prepared batches.
 
-Same batches, same optimizer, forward + backward + Adam step, interleaved rounds; prints target
-tokens/s of each, their FLOP/s (counted by torch's FlopCounterMode, not by hand), the share of
-the machine's matmul peak (timed in the same run at the model's own shapes and thread count, with
-preallocated outputs), and the ratio of the two models. Run from the project root:
+Synthetic part: same batches, same optimizer, forward + backward + Adam step, interleaved rounds;
+prints target tokens/s of each, their FLOP/s (counted by torch's FlopCounterMode, not by hand),
+the share of the machine's matmul peak and the ratio of the two models. The peak is timed in the
+same run with preallocated outputs: every matrix product one training step runs (recorded from a
+real step, with its shapes and memory layouts), replayed alone; "peak" is their FLOPs over their
+time, and the fastest single shape is printed beside it.
 
-    python benchmarks/train_throughput.py            # the default profile's model size
-    python benchmarks/train_throughput.py --d-model 256 --d-ff 1024 --layers 3
+Real part (--arrays): posenc.train.train itself, in this process, for --real-steps updates of the
+default profile's params on the prepared data, --real-rounds times; its timings give FLOPs (torch's
+count) and the seconds spent in updates. Run from the project root:
+
+    python benchmarks/train_throughput.py --arrays data/prepared/arrays   # both parts
     python benchmarks/train_throughput.py --glibc-defaults   # without posenc.allocator.tune()
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python benchmarks/train_throughput.py
+    python benchmarks/train_throughput.py --profile          # top operators of posenc's step
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from posenc import allocator
+from posenc import allocator, config, tokens, train
 from posenc.config import ModelConfig
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
-
 
 class TorchTransformer(nn.Module):
     """nn.Transformer (post-norm) with the same tied, scaled embedding and sinusoidal positions."""
@@ -58,40 +70,130 @@ def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
     return out
 
 
-def step_time(model, optimizer, batch) -> float:
+def loss_of(model, batch):
+    """The summed label-smoothed loss, as posenc.train computes it."""
     src, tgt_in, tgt_out = batch
-    start = time.perf_counter()
-    logits = model(src, tgt_in)
-    loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), label_smoothing=0.1)
+    return F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(),
+                           label_smoothing=0.1, reduction="sum")
+
+
+def step(model, optimizer, batch) -> None:
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss_of(model, batch).backward()
     optimizer.step()
+
+
+def step_time(model, optimizer, batch) -> float:
+    start = time.perf_counter()
+    step(model, optimizer, batch)
     return time.perf_counter() - start
 
 
 def step_flops(model, batch) -> int:
     """Floating-point operations of one forward + backward pass, as torch counts them."""
-    src, tgt_in, tgt_out = batch
     with FlopCounterMode(display=False) as counter:
-        F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten()).backward()
+        loss_of(model, batch).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
 
 
-def matmul_peak(shapes: list[tuple[int, int, int]], reps: int = 20) -> float:
-    """FLOP/s of the fastest of `shapes` (m, k, n): torch.mm into a preallocated output, the
-    median of `reps` timed calls: the practical limit of this machine at these sizes."""
-    best = 0.0
-    for m, k, n in shapes:
-        x, w, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
-        torch.mm(x, w, out=out)
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            torch.mm(x, w, out=out)
-            times.append(time.perf_counter() - start)
-        best = max(best, 2 * m * k * n / statistics.median(times))
-    return best
+MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.addmm_.default,
+           torch.ops.aten.bmm.default}
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Records the shape and memory layout of the operands of every matrix product it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in MATMULS:
+            self.calls.append((func, tuple((tuple(a.shape), a.stride()) for a in args[:3]
+                                           if isinstance(a, torch.Tensor))))
+        return func(*args, **(kwargs or {}))
+
+
+def replay_time(func, operands, reps: int) -> float:
+    """Median seconds of one product with these operands, into a preallocated output."""
+    # as laid out in the step: transposed views and broadcast biases included
+    ts = [torch.randn(1 + sum((n - 1) * st for n, st in zip(shape, stride))).as_strided(shape, stride)
+          for shape, stride in operands]
+    if func is torch.ops.aten.addmm_.default:
+        run = lambda: ts[0].addmm_(ts[1], ts[2])  # noqa: E731
+    else:
+        factors = ts[-2:]
+        out = torch.empty(*factors[0].shape[:-1], factors[1].shape[-1])
+        op = torch.bmm if func is torch.ops.aten.bmm.default else torch.mm
+        run = ((lambda: torch.addmm(ts[0], *factors, out=out)) if func is torch.ops.aten.addmm.default
+               else (lambda: op(*factors, out=out)))
+    run()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
+    """(FLOP/s of the step's own matrix products, replayed alone with preallocated outputs: their
+    FLOPs over their summed time; FLOP/s of the fastest single one)."""
+    recorder = MatmulRecorder()
+    with recorder:
+        step(model, optimizer, batch)
+    flops = seconds = best = 0.0
+    for (func, operands), n in _counts(recorder.calls).items():
+        (a_shape, _), (b_shape, _) = operands[-2:]
+        f = 2 * math.prod(a_shape) * b_shape[-1]
+        t = replay_time(func, operands, reps)
+        flops, seconds, best = flops + n * f, seconds + n * t, max(best, f / t)
+    return flops / seconds, best
+
+
+def _counts(calls: list) -> dict:
+    out: dict = {}
+    for c in calls:
+        out[c] = out.get(c, 0) + 1
+    return out
+
+
+def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
+    """posenc.train.train on the prepared data for `steps` updates of the profile's settings (one
+    checkpoint, no averaging, one dev evaluation at the end); its timings record."""
+    data = config.load(params, "data", config.DataConfig)
+    cfg = dataclasses.replace(config.load(params, "train", config.TrainConfig), max_steps=steps,
+                              save_every=steps, dev_every=steps, average_last=1, threads=threads)
+    from posenc import corpora
+
+    spec = corpora.get(data.corpus)
+    sp = tokens.load_tokenizer(arrays.parent / "spm.model")
+    model_config = config.load(params, "model", ModelConfig, positional="sinusoidal",
+                               vocab_size=sp.vocab_size(), pad_id=sp.pad_id(), bos_id=sp.bos_id(),
+                               eos_id=sp.eos_id())
+    loaded = {tokens.array_path(arrays, split, lang): tokens.load(tokens.array_path(arrays, split, lang),
+                                                                   sp.eos_id())
+              for split in ("train", spec.dev) for lang in ("en", "de")}
+    corpus = train.load_corpus(arrays, spec.dev, loaded)
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        train.train(model_config, cfg, 1, corpus, train.Paths(t / "model.pt", t / "train.tsv",
+                                                            t / "dev.tsv", t / "ck", t / "timings.json"))
+        timings = json.loads((t / "timings.json").read_text())
+        rows = (t / "train.tsv").read_text().splitlines()[1:]
+    timings["tokens"] = sum(int(r.split("\t")[3]) for r in rows)
+    return timings
+
+
+def profile_top(model, optimizer, data, rows: int = 5) -> str:
+    """The operators of posenc's steps by self CPU time (torch.profiler)."""
+    from torch.profiler import profile
+
+    with profile() as p:
+        for b in data:
+            step(model, optimizer, b)
+    return p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
 def main() -> None:
@@ -108,6 +210,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--glibc-defaults", action="store_true",
                    help="leave glibc's allocator as it is (training tunes it: posenc.allocator)")
+    p.add_argument("--profile", action="store_true", help="print the top operators of posenc's step")
+    p.add_argument("--arrays", type=Path, help="prepared arrays: also time the real training loop")
+    p.add_argument("--params", type=Path, default=Path("params.yaml"))
+    p.add_argument("--real-steps", type=int, default=100)
+    p.add_argument("--real-rounds", type=int, default=3)
     a = p.parse_args()
     tuned = not a.glibc_defaults and allocator.tune()
     torch.set_num_threads(a.threads)
@@ -121,27 +228,37 @@ def main() -> None:
     data = batches(a.steps, a.sentences, a.length, a.vocab, seed=1)
     for name, model in models.items():  # warm-up
         step_time(model, optimizers[name], data[0])
-    tokens = a.sentences * a.length * a.steps
+    tokens_per_round = a.sentences * a.length * a.steps
     flops = {name: step_flops(model, data[0]) for name, model in models.items()}
-    rows = a.sentences * a.length  # the model's matrices: projections, feed-forward, logits
-    peak = matmul_peak([(rows, a.d_model, a.d_model), (rows, a.d_model, a.d_ff),
-                        (rows, a.d_ff, a.d_model), (rows, a.d_model, a.vocab)])
+    peak, best = matmul_peak(models["posenc"], optimizers["posenc"], data[0])
     rates = {k: [] for k in models}
     for _ in range(a.rounds):  # interleaved, so drift in machine speed hits both alike
         for name, model in models.items():
-            rates[name].append(tokens / sum(step_time(model, optimizers[name], b) for b in data))
+            rates[name].append(tokens_per_round / sum(step_time(model, optimizers[name], b) for b in data))
     print(f"d_model {a.d_model}, d_ff {a.d_ff}, {a.layers}+{a.layers} layers, {a.heads} heads, "
           f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds, "
           f"allocator {'tuned' if tuned else 'as it is'}")
-    print(f"matmul peak at these shapes: {peak / 1e9:.1f} GFLOP/s")
+    print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s over the step's own products "
+          f"(fastest single shape {best / 1e9:.1f})")
     for name, r in rates.items():
         per_s = statistics.median(r) / (a.sentences * a.length) * flops[name]
         print(f"{name:22s} median {statistics.median(r):8.0f} target tokens/s  "
               f"(min {min(r):.0f}, max {max(r):.0f}); {flops[name] / 1e9:.1f} GFLOP a step, "
-              f"{per_s / 1e9:.1f} GFLOP/s = {per_s / peak:.0%} of the peak")
+              f"{per_s / 1e9:.1f} GFLOP/s = {per_s / peak:.0%} of the peak ({per_s / best:.0%} of the fastest)")
     ratios = [x / y for x, y in zip(rates["posenc"], rates["torch.nn.Transformer"])]
     print(f"ratio posenc / torch.nn.Transformer: median {statistics.median(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+    if a.profile:
+        print(profile_top(models["posenc"], optimizers["posenc"], data))
+    if a.arrays:
+        runs = [real_loop(a.arrays, a.params, a.real_steps, a.threads) for _ in range(a.real_rounds)]
+        in_updates = [r["train_flops"] / r["update_s"] for r in runs]
+        whole = [r["train_flops"] / r["wall_s"] for r in runs]
+        m = statistics.median(in_updates)
+        print(f"real loop ({a.params}, {a.real_steps} updates, {a.real_rounds} rounds): median "
+              f"{statistics.median(r['tokens'] / r['update_s'] for r in runs):.0f} target tokens/s in "
+              f"updates, {m / 1e9:.1f} GFLOP/s = {m / peak:.0%} of the peak; whole run (dev "
+              f"evaluation and model building included) {statistics.median(whole) / peak:.0%}")
 
 
 if __name__ == "__main__":

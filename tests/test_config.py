@@ -86,7 +86,7 @@ ALL = {**SECTIONS, "model": ModelConfig}
     ("train", "warmup: 600", "warmup: -5", "train.warmup: -5 is out of range; it must be >= 1"),
     ("train", "accum: 1", "accum: 0", "train.accum: 0 is out of range; it must be >= 1"),
     ("train", "save_every: 100", "save_every: 0", "train.save_every: 0 is out of range"),
-    ("train", "threads: 2\n  precision", "threads: 0\n  precision", "train.threads: 0 is out of range"),
+    ("train", "threads: 1  ", "threads: 0  ", "train.threads: 0 is out of range"),
     ("train", "average_last: 5", "average_last: 0", "train.average_last: 0 is out of range"),
     ("train", "average_last: 5", "average_last: 13", "train.average_last: 13 is more than the 12 "
      "checkpoints that max_steps 1200 with save_every 100 saves"),

@@ -11,7 +11,7 @@ import torch
 
 from posenc.decode import beam_search, length_penalty
 from posenc.errors import UserError
-from posenc.model import build_model, count_parameters
+from posenc.model import AttentionCache, build_model, count_parameters
 from posenc.positional import VARIANTS, sinusoid_table
 from posenc.train import lr_at
 
@@ -107,7 +107,7 @@ def test_cached_decoding_equals_a_full_forward_pass(variant):
     with torch.no_grad():
         full = model(src, tgt)
         memory, mask = model.encode(src)
-        cache = model.new_cache()
+        cache = model.new_cache(7)
         steps = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache) for i in range(7)], 1)
     assert torch.allclose(full, steps, atol=1e-5)
 
@@ -133,3 +133,20 @@ def test_greedy_is_beam_one_and_picks_the_argmax():
         logits = model(src[:1], prefix)[0, :-1]
         logits[:, [0, 2]] = float("-inf")
     assert logits.argmax(-1).tolist() == tokens
+
+
+def test_the_decoding_cache_reorders_rows_in_its_own_buffers():
+    cache = AttentionCache(capacity=5)
+    steps = [torch.arange(4.0).view(4, 1, 1, 1) + 10 * i for i in range(3)]
+    for s in steps:
+        k, v = cache.append(s, -s)
+    buffer = cache.k.data_ptr()
+    cache.select(torch.tensor([2, 2, 0]))
+    assert cache.k.data_ptr() == buffer and cache.length == 3
+    assert cache.k[:, 0, :3, 0].tolist() == [[2, 12, 22], [2, 12, 22], [0, 10, 20]]
+    assert torch.equal(cache.v[:, :, :3], -cache.k[:, :, :3])
+    k, _ = cache.append(torch.full((3, 1, 1, 1), 7.0), torch.zeros(3, 1, 1, 1))
+    assert k[:, 0, :, 0].tolist() == [[2, 12, 22, 7], [2, 12, 22, 7], [0, 10, 20, 7]]
+    cache.append(k[:, :, :1], k[:, :, :1])
+    with pytest.raises(ValueError, match="beyond the cache's 5 positions"):
+        cache.append(k[:, :, :1], k[:, :, :1])

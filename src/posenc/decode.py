@@ -41,7 +41,7 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
     scores = torch.full((n_src, beam), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # every beam starts as the same BOS: let one of them expand
     seqs = torch.full((n_src * beam, 1), c.bos_id, dtype=torch.long, device=src.device)
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache(int(max_lens.max()) + 1) if use_cache else None
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n_src)]
     step = 0
     while len(alive):
@@ -70,7 +70,7 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
         rows = (torch.arange(n, device=src.device)[:, None] * beam + top_beam.gather(1, pick)).view(-1)
         seqs = torch.cat((seqs[rows], top_token.gather(1, pick).view(-1, 1)), dim=1)
         if cache is not None:
-            _select(cache, rows, cross=False)
+            cache.reorder(rows)
         done = torch.tensor([len(finished[int(s)]) >= beam for s in alive]) | at_limit.cpu()
         if done.any():
             keep = (~done).nonzero().view(-1).to(src.device)
@@ -78,19 +78,10 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
             alive, scores, seqs = alive[keep.cpu()], scores[keep], seqs[rows]
             memory, mask = memory[rows], mask[rows]
             if cache is not None:
-                _select(cache, rows, cross=True)
+                cache.keep(rows)
         step += 1
     best = [max(hyps) for hyps in finished]
     return [(tokens, score) for score, tokens in best]
-
-
-def _select(cache: dict, rows: Tensor, cross: bool) -> None:
-    """Keep (and reorder) the cached rows: self-attention always, memory keys when pruning."""
-    for layer in cache["layers"]:
-        for kind in ("self", "cross") if cross else ("self",):
-            for key in ("k", "v"):
-                if key in layer[kind]:
-                    layer[kind][key] = layer[kind][key][rows]
 
 
 def translate(model, sentences: list[np.ndarray], beam: int, lenpen: float, max_len_extra: int,

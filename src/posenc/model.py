@@ -19,6 +19,63 @@ from posenc.errors import UserError
 from posenc.positional import VARIANTS, Positional
 
 
+class AttentionCache:
+    """The keys and values one attention has computed, kept between decoding steps.
+
+    Self-attention appends each step's keys and values into buffers allocated once, for
+    `capacity` positions, at the first step; cross-attention's are the memory's, set at the first
+    step (capacity None). `select` reorders the rows in place for beam search.
+    """
+
+    def __init__(self, capacity: int | None):
+        self.capacity, self.length = capacity, 0
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this step's (B, heads, t, d_head) keys and values; return every stored one."""
+        if self.k is None:
+            shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
+            self.k, self.v = k.new_empty(shape), v.new_empty(shape)
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"decoding step {end} is beyond the cache's {self.capacity} positions")
+        self.k[:, :, self.length:end], self.v[:, :, self.length:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def set(self, k: Tensor, v: Tensor) -> None:
+        self.k, self.v, self.length = k, v, k.shape[2]
+
+    def select(self, rows: Tensor) -> None:
+        """Keep the rows `rows` (indices into the current rows), in that order, in the same buffers."""
+        for buffer in (self.k, self.v):
+            filled = buffer[:, :, :self.length]
+            filled[:len(rows)] = filled[rows]  # the right side is gathered before it is written
+        self.k, self.v = self.k[:len(rows)], self.v[:len(rows)]
+
+
+class DecoderCache:
+    """Incremental decoding state of the whole decoder (fairseq's incremental state): each layer's
+    self- and cross-attention cache, the number of positions decoded, and the beam reorder."""
+
+    def __init__(self, layers: int, capacity: int):
+        self.length = 0
+        self.self_attn = [AttentionCache(capacity) for _ in range(layers)]
+        self.cross_attn = [AttentionCache(None) for _ in range(layers)]
+
+    def reorder(self, rows: Tensor) -> None:
+        """Beam search picked `rows` as the next step's hypotheses. Cross-attention keys need no
+        reorder: a sentence's beams share one source."""
+        for c in self.self_attn:
+            c.select(rows)
+
+    def keep(self, rows: Tensor) -> None:
+        """Only `rows` go on (finished sentences dropped): from self- and cross-attention alike."""
+        for c in self.self_attn + self.cross_attn:
+            c.select(rows)
+
+
 class MultiHeadAttention(nn.Module):
     """§3.2.2. Projections are bias-free matrices W^Q, W^K, W^V, W^O as in the paper (and
     tensor2tensor), so the first layer's logits split exactly into token and position terms."""
@@ -32,7 +89,7 @@ class MultiHeadAttention(nn.Module):
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: dict | None = None) -> Tensor:
+                causal: bool = False, cache: AttentionCache | None = None) -> Tensor:
         """Self-attention when `memory` is None, else attention over `memory` (§3.2.3).
 
         With `cache`, keys and values of earlier steps (self) or of the memory (cross) are kept
@@ -42,15 +99,13 @@ class MultiHeadAttention(nn.Module):
         if memory is None:
             k, v = self.split(self.k(x)), self.split(self.v(x))
             if cache is not None:
-                if "k" in cache:
-                    k, v = torch.cat((cache["k"], k), 2), torch.cat((cache["v"], v), 2)
-                cache["k"], cache["v"] = k, v
-        elif cache is not None and "k" in cache:
-            k, v = cache["k"], cache["v"]
+                k, v = cache.append(k, v)
+        elif cache is not None and cache.k is not None:
+            k, v = cache.k, cache.v
         else:
             k, v = self.split(self.k(memory)), self.split(self.v(memory))
             if cache is not None:
-                cache["k"], cache["v"] = k, v
+                cache.set(k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         return self.o(out.transpose(1, 2).flatten(2))
 
@@ -94,13 +149,13 @@ class DecoderLayer(nn.Module):
         self.ff = FeedForward(c.d_model, c.d_ff)
         self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm) for _ in range(3))
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: dict | None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor,
+                caches: tuple[AttentionCache, AttentionCache] | None) -> Tensor:
         # Without a cache the whole prefix is here: mask the future (§3.2.3). With one, x is the
         # newest position only and every cached key is in its past.
-        x = self.res[0](x, lambda y: self.self_attn(
-            y, causal=cache is None, cache=None if cache is None else cache["self"]))
-        x = self.res[1](x, lambda y: self.cross_attn(
-            y, memory, mask=src_mask, cache=None if cache is None else cache["cross"]))
+        self_cache, cross_cache = caches or (None, None)
+        x = self.res[0](x, lambda y: self.self_attn(y, causal=caches is None, cache=self_cache))
+        x = self.res[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask, cache=cross_cache))
         return self.res[2](x, self.ff)
 
 
@@ -148,22 +203,25 @@ class Transformer(nn.Module):
             x = layer(x, mask)
         return self.enc_norm(x), mask
 
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: dict | None = None) -> Tensor:
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
+               cache: DecoderCache | None = None) -> Tensor:
         """Logits (B, T, vocab) for target inputs (B, T). With a cache (see `new_cache`), `tgt` holds
         only the newest tokens and the cache supplies everything before them."""
-        offset = 0 if cache is None else cache["length"]
+        offset = 0 if cache is None else cache.length
         x = self.embed_with_positions(tgt, offset)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, src_mask, None if cache is None else cache["layers"][i])
+            x = layer(x, memory, src_mask,
+                      None if cache is None else (cache.self_attn[i], cache.cross_attn[i]))
         if cache is not None:
-            cache["length"] += tgt.shape[1]
+            cache.length += tgt.shape[1]
         return self.logits(self.dec_norm(x))
 
     def logits(self, h: Tensor) -> Tensor:
         return F.linear(h[..., : self.positional.token_dim], self.embed.weight)
 
-    def new_cache(self) -> dict:
-        return {"length": 0, "layers": [{"self": {}, "cross": {}} for _ in self.decoder]}
+    def new_cache(self, capacity: int) -> DecoderCache:
+        """An empty decoding state for outputs of up to `capacity` positions (BOS included)."""
+        return DecoderCache(len(self.decoder), capacity)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         memory, src_mask = self.encode(src)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from posenc import allocator, checkpoints, files, tokens
+from posenc.flops import FlopMeter
 from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, TrainConfig, checkpoint_steps
 from posenc.errors import UserError
@@ -103,6 +104,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     bar = tqdm(total=cfg.max_steps, initial=step, desc=f"train {model_config.positional}",
                unit=" step", disable=rank != 0, mininterval=2)
     started, tokens_seen, resumed_from = time.perf_counter(), 0, step
+    meter, update_s = FlopMeter(), 0.0  # FLOPs and seconds of the updates alone (README, Performance)
     order_epoch, order = -1, None
     model.train()
     while step < cfg.max_steps:
@@ -110,6 +112,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
         if epoch != order_epoch:
             order_epoch, order = epoch, epoch_order(len(batches), seed, epoch)
         mine = order[k * group:(k + 1) * group][rank::world]
+        update_started = time.perf_counter()
         step += 1
         lr = lr_at(step, model_config.d_model, cfg.warmup, cfg.lr_scale)
         for g in optimizer.param_groups:
@@ -120,7 +123,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
             source, decoder_in, target = (t.to(device) for t in collate(
                 corpus.train_src, corpus.train_tgt, batches[b], model_config.pad_id, model_config.bos_id))
             sync = contextlib.nullcontext() if world == 1 or j == len(mine) - 1 else net.no_sync()
-            with sync:
+            with sync, meter.count(source.shape, decoder_in.shape):
                 with autocast:
                     logits = net(source, decoder_in)
                 loss = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(),
@@ -142,6 +145,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
             if p.grad is not None:
                 p.grad.mul_(world / n_tokens)
         optimizer.step()
+        update_s += time.perf_counter() - update_started
         train_rows.append((step, lr, loss_sum / n_tokens, int(n_tokens)))
         tokens_seen += n_tokens
         if rank == 0 and (step % cfg.dev_every == 0 or step == cfg.max_steps):
@@ -159,6 +163,9 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
                         refresh=False)
         bar.update()
     bar.close()
+    flops = torch.tensor([meter.total], dtype=torch.float64)
+    if world > 1:
+        dist.all_reduce(flops)
     summary = {"variant": model_config.positional, "seed": seed, "steps": step,
                "parameters": count_parameters(model), "dev_ppl": dev_rows[-1][2] if dev_rows else None}
     if rank == 0:
@@ -169,6 +176,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
         wall = time.perf_counter() - started
         files.write_json(paths.timings, {
             **summary, "wall_s": round(wall, 1), "resumed_from_step": resumed_from,
+            "update_s": round(update_s, 1), "train_flops": int(flops.item()),
             "target_tokens_per_s_this_process": round(tokens_seen / world / wall, 1),
             "threads": cfg.threads, "processes": world, "device": device.type,
             "allocator": os.environ.get("LD_PRELOAD", "") or "default"})
