@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # tcmalloc is a little faster than glibc as posenc tunes it (posenc/allocator.py) and gives the same
-# bits (README.md, Benchmarks); used when Debian's libtcmalloc-minimal4 is installed, recorded in
+# bits (README.md, Performance); used when Debian's libtcmalloc-minimal4 is installed, recorded in
 # each run's timings log.
 TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
 export PATH := $(abspath $(BIN)):$(PATH)

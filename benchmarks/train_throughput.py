@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -237,7 +238,7 @@ def main() -> None:
             rates[name].append(tokens_per_round / sum(step_time(model, optimizers[name], b) for b in data))
     print(f"d_model {a.d_model}, d_ff {a.d_ff}, {a.layers}+{a.layers} layers, {a.heads} heads, "
           f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds, "
-          f"allocator {'tuned' if tuned else 'as it is'}")
+          f"allocator: {os.environ.get('LD_PRELOAD') or ('glibc tuned' if tuned else 'glibc as it is')}")
     print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s over the step's own products "
           f"(fastest single shape {best / 1e9:.1f})")
     for name, r in rates.items():

@@ -48,10 +48,13 @@ class AttentionCache:
         self.k, self.v, self.length = k, v, k.shape[2]
 
     def select(self, rows: Tensor) -> None:
-        """Keep the rows `rows` (indices into the current rows), in that order, in the same buffers."""
-        for buffer in (self.k, self.v):
-            filled = buffer[:, :, :self.length]
-            filled[:len(rows)] = filled[rows]  # the right side is gathered before it is written
+        """Keep the rows `rows` (indices into the current rows), in that order, in the same buffers.
+        Only rows whose hypothesis changed are copied: most beams continue their own row."""
+        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+        if len(moved):
+            for buffer in (self.k, self.v):
+                filled = buffer[:, :, :self.length]
+                filled[moved] = filled[rows[moved]]  # the right side is gathered before it is written
         self.k, self.v = self.k[:len(rows)], self.v[:len(rows)]
 
 
