@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from posenc import allocator, checkpoints, files, tokens
-from posenc.flops import FlopMeter
 from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, TrainConfig, checkpoint_steps
 from posenc.errors import UserError
+from posenc.flops import FlopMeter
 from posenc.model import build_model, check_lengths, count_parameters
 from posenc.scoring import corpus_nll, perplexity
 
@@ -118,7 +118,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
         for g in optimizer.param_groups:
             g["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
-        totals = torch.zeros(2, dtype=torch.float64)
+        totals = torch.zeros(2, dtype=torch.float64, device=device)  # nccl reduces on the GPU
         for j, b in enumerate(mine):
             source, decoder_in, target = (t.to(device) for t in collate(
                 corpus.train_src, corpus.train_tgt, batches[b], model_config.pad_id, model_config.bos_id))
@@ -131,7 +131,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
                                        label_smoothing=cfg.label_smoothing, reduction="sum")
                 loss.backward()
             totals += torch.tensor([loss.item(), float((target != model_config.pad_id).sum())],
-                                   dtype=torch.float64)
+                                   dtype=torch.float64, device=device)
         if world > 1:
             dist.all_reduce(totals)
         loss_sum, n_tokens = totals.tolist()
@@ -163,7 +163,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
                         refresh=False)
         bar.update()
     bar.close()
-    flops = torch.tensor([meter.total], dtype=torch.float64)
+    flops = torch.tensor([meter.total], dtype=torch.float64, device=device)  # nccl reduces on the GPU
     if world > 1:
         dist.all_reduce(flops)
     summary = {"variant": model_config.positional, "seed": seed, "steps": step,
