@@ -21,6 +21,7 @@ count) and the seconds spent in updates. Run from the project root:
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import math
@@ -36,7 +37,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from posenc import allocator, config, tokens, train
+from posenc import allocator, train
 from posenc.config import ModelConfig
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
@@ -145,7 +146,7 @@ def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
     with recorder:
         step(model, optimizer, batch)
     flops = seconds = best = 0.0
-    for (func, operands), n in _counts(recorder.calls).items():
+    for (func, operands), n in collections.Counter(recorder.calls).items():
         (a_shape, _), (b_shape, _) = operands[-2:]
         f = 2 * math.prod(a_shape) * b_shape[-1]
         t = replay_time(func, operands, reps)
@@ -153,30 +154,12 @@ def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
     return flops / seconds, best
 
 
-def _counts(calls: list) -> dict:
-    out: dict = {}
-    for c in calls:
-        out[c] = out.get(c, 0) + 1
-    return out
-
-
 def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
     """posenc.train.train on the prepared data for `steps` updates of the profile's settings (one
     checkpoint, no averaging, one dev evaluation at the end); its timings record."""
-    data = config.load(params, "data", config.DataConfig)
-    cfg = dataclasses.replace(config.load(params, "train", config.TrainConfig), max_steps=steps,
-                              save_every=steps, dev_every=steps, average_last=1, threads=threads)
-    from posenc import corpora
-
-    spec = corpora.get(data.corpus)
-    sp = tokens.load_tokenizer(arrays.parent / "spm.model")
-    model_config = config.load(params, "model", ModelConfig, positional="sinusoidal",
-                               vocab_size=sp.vocab_size(), pad_id=sp.pad_id(), bos_id=sp.bos_id(),
-                               eos_id=sp.eos_id())
-    loaded = {tokens.array_path(arrays, split, lang): tokens.load(tokens.array_path(arrays, split, lang),
-                                                                   sp.eos_id())
-              for split in ("train", spec.dev) for lang in ("en", "de")}
-    corpus = train.load_corpus(arrays, spec.dev, loaded)
+    model_config, cfg, corpus = train.inputs(params, "sinusoidal", arrays.parent / "spm.model", arrays)
+    cfg = dataclasses.replace(cfg, max_steps=steps, save_every=steps, dev_every=steps,
+                              average_last=1, threads=threads)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         train.train(model_config, cfg, 1, corpus, train.Paths(t / "model.pt", t / "train.tsv",

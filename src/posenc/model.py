@@ -19,6 +19,11 @@ from posenc.errors import UserError
 from posenc.positional import VARIANTS, Positional
 
 
+def moved_rows(rows: Tensor) -> Tensor:
+    """Where `rows` (the rows to keep, in order) takes a row from elsewhere."""
+    return (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+
+
 class AttentionCache:
     """The keys and values one attention has computed, kept between decoding steps.
 
@@ -47,10 +52,12 @@ class AttentionCache:
     def set(self, k: Tensor, v: Tensor) -> None:
         self.k, self.v, self.length = k, v, k.shape[2]
 
-    def select(self, rows: Tensor) -> None:
+    def select(self, rows: Tensor, moved: Tensor | None = None) -> None:
         """Keep the rows `rows` (indices into the current rows), in that order, in the same buffers.
-        Only rows whose hypothesis changed are copied: most beams continue their own row."""
-        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+        Only the rows that change (`moved`, found here unless given) are copied: most beams continue
+        their own row."""
+        if moved is None:
+            moved = moved_rows(rows)
         if len(moved):
             for buffer in (self.k, self.v):
                 filled = buffer[:, :, :self.length]
@@ -70,13 +77,15 @@ class DecoderCache:
     def reorder(self, rows: Tensor) -> None:
         """Beam search picked `rows` as the next step's hypotheses. Cross-attention keys need no
         reorder: a sentence's beams share one source."""
+        moved = moved_rows(rows)
         for c in self.self_attn:
-            c.select(rows)
+            c.select(rows, moved)
 
     def keep(self, rows: Tensor) -> None:
         """Only `rows` go on (finished sentences dropped): from self- and cross-attention alike."""
+        moved = moved_rows(rows)
         for c in self.self_attn + self.cross_attn:
-            c.select(rows)
+            c.select(rows, moved)
 
 
 class MultiHeadAttention(nn.Module):

@@ -221,27 +221,31 @@ def _setup_distributed() -> tuple[int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
-def run(args) -> None:
+def inputs(params: Path, variant: str, spm: Path, arrays: Path) -> tuple[ModelConfig, TrainConfig, Corpus]:
+    """The settings and the data of one training run, checked before any update."""
     from posenc import config, corpora
 
-    allocator.tune()
-    data = config.load(args.params, "data", config.DataConfig)
-    cfg = config.load(args.params, "train", TrainConfig)
-    if args.seed < 0:
-        raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
-    sp = tokens.load_tokenizer(Path(args.spm))
-    model_config = config.load(args.params, "model", ModelConfig, positional=args.variant,
+    data = config.load(params, "data", config.DataConfig)
+    cfg = config.load(params, "train", TrainConfig)
+    sp = tokens.load_tokenizer(spm)
+    model_config = config.load(params, "model", ModelConfig, positional=variant,
                                vocab_size=sp.vocab_size(), pad_id=sp.pad_id(),
                                bos_id=sp.bos_id(), eos_id=sp.eos_id())
     model = build_model(model_config)  # a bad configuration fails here, before any data is read
     spec = corpora.get(data.corpus)
-    arrays = Path(args.arrays)
     # Every split this model will read, in training and in evaluation, fits a learned table: fail
     # now, not at the first dev evaluation or after minutes of decoding.
     loaded = {path: tokens.load(path, sp.eos_id()) for path in (
         tokens.array_path(arrays, split.name, lang) for split in spec.splits for lang in ("en", "de"))}
     check_lengths(model, loaded)
-    corpus = load_corpus(arrays, spec.dev, loaded)
+    return model_config, cfg, load_corpus(arrays, spec.dev, loaded)
+
+
+def run(args) -> None:
+    allocator.tune()
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
+    model_config, cfg, corpus = inputs(Path(args.params), args.variant, Path(args.spm), Path(args.arrays))
     paths = Paths(Path(args.model), Path(args.train_log), Path(args.dev_log),
                   Path(args.checkpoints), Path(args.timings))
     s = train(model_config, cfg, args.seed, corpus, paths)
