@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from posenc import tokens
-from posenc.config import ModelConfig
+from posenc.config import ModelConfig, SinusoidalSettings
 from posenc.decode import translate
 from posenc.model import build_model
 from posenc.checkpoints import load_model
@@ -37,10 +37,9 @@ def main() -> None:
         model = load_model(Path(a.model))
     else:
         torch.manual_seed(0)
-        model = build_model(ModelConfig(positional="sinusoidal", vocab_size=8000, pad_id=0, bos_id=2,
-                                        eos_id=3, d_model=128, d_ff=512, heads=4, layers=3, dropout=0.1,
-                                        max_positions=256, concat_dim=32, concat_kind="sinusoidal",
-                                        norm="post")).eval()
+        model = build_model(ModelConfig(positional="sinusoidal", position=SinusoidalSettings(),
+                                        vocab_size=8000, pad_id=0, bos_id=2, eos_id=3, d_model=128,
+                                        d_ff=512, heads=4, layers=3, dropout=0.1, norm="post")).eval()
     if a.arrays:
         sources = tokens.load(tokens.array_path(Path(a.arrays), "val", "en"), model.config.eos_id)[:a.sentences]
     else:

@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from posenc import allocator, train
-from posenc.config import ModelConfig
+from posenc.config import ModelConfig, SinusoidalSettings
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
 
@@ -202,9 +202,9 @@ def main() -> None:
     a = p.parse_args()
     tuned = not a.glibc_defaults and allocator.tune()
     torch.set_num_threads(a.threads)
-    c = ModelConfig(positional="sinusoidal", vocab_size=a.vocab, pad_id=0, bos_id=2, eos_id=3,
-                    d_model=a.d_model, d_ff=a.d_ff, heads=a.heads, layers=a.layers, dropout=0.1,
-                    max_positions=256, concat_dim=32, concat_kind="sinusoidal", norm="post")
+    c = ModelConfig(positional="sinusoidal", position=SinusoidalSettings(), vocab_size=a.vocab,
+                    pad_id=0, bos_id=2, eos_id=3, d_model=a.d_model, d_ff=a.d_ff, heads=a.heads,
+                    layers=a.layers, dropout=0.1, norm="post")
     torch.manual_seed(0)
     models = {"posenc": build_model(c), "torch.nn.Transformer": TorchTransformer(c)}
     optimizers = {k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)

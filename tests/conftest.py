@@ -13,6 +13,7 @@ import dataclasses
 import pytest
 import torch
 
+from posenc import config
 from posenc.config import ModelConfig
 from posenc.model import build_model
 
@@ -20,15 +21,21 @@ ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("POSENC_DATA_MIRROR") or ROOT.parent / "shared" / "data" / "wmt")
 TINY = ROOT / "profiles" / "tiny.yaml"
 
+# Each variant's settings in the unit tests' small model.
+SETTINGS = {"sinusoidal": config.SinusoidalSettings(), "learned": config.LearnedSettings(64),
+            "concat": config.ConcatSettings(8, "sinusoidal", 64), "none": config.NoneSettings(),
+            "rope": config.RopeSettings(10000.0), "alibi": config.AlibiSettings(),
+            "relative": config.RelativeSettings(3)}
 # A small model for unit tests: vocabulary 60, special ids as SentencePiece gives them (prepare.py).
-SMALL = ModelConfig(positional="sinusoidal", vocab_size=60, pad_id=0, bos_id=2, eos_id=3, d_model=32,
-                    d_ff=64, heads=4, layers=2, dropout=0.0, max_positions=64, concat_dim=8,
-                    concat_kind="sinusoidal", norm="post")
+SMALL = ModelConfig(positional="sinusoidal", position=SETTINGS["sinusoidal"], vocab_size=60, pad_id=0,
+                    bos_id=2, eos_id=3, d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0, norm="post")
 
 
 def model_of(variant: str, **changes) -> torch.nn.Module:
-    """SMALL with `variant` and `changes`, seeded, in eval mode."""
+    """SMALL with `variant` (and its SETTINGS unless `position` is given) and `changes`, seeded,
+    in eval mode."""
     torch.manual_seed(0)
+    changes.setdefault("position", SETTINGS[variant])
     return build_model(dataclasses.replace(SMALL, positional=variant, **changes)).eval()
 
 

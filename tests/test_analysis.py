@@ -7,25 +7,28 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.analysis import (TERMS, dimension_variance, logit_shares, logit_terms, principal_basis,
-                             principal_cosines, random_cosines, reorder_words)
+from posenc.analysis import (dimension_variance, distance_share, logit_shares, principal_basis,
+                             principal_cosines, random_cosines, reorder_words, where_position)
 from posenc.decode import translate
 
-from conftest import SMALL, model_of
+from conftest import model_of
 
 
-@pytest.mark.parametrize("variant", ["sinusoidal", "learned", "concat"])
-def test_the_four_logit_terms_sum_back_to_the_logits(variant):
-    model = model_of(variant)
-    src = torch.randint(4, 60, (2, 7), generator=torch.Generator().manual_seed(1))
-    attn = model.encoder[0].attn
-    with torch.no_grad():
-        x, e = model.first_layer_input(src)
-        terms = logit_terms(attn, x, e)
-        q, k = attn.split(attn.q(x + e)), attn.split(attn.k(x + e))
-        logits = q @ k.transpose(-1, -2) / attn.d_head ** 0.5
-    assert set(terms) == set(TERMS)
-    assert torch.allclose(sum(terms.values()), logits, atol=1e-4)
+def test_the_distance_share_is_one_for_a_pure_distance_bias_and_small_without_positions():
+    sentences = [np.array([5, 6, 7, 8, 9, 10, 3]), np.array([9, 10, 11, 3]), np.array([12, 3])]
+    alibi = model_of("alibi")
+    with torch.no_grad():  # no content in the logits: only ALiBi's -slope * |i - j| is left
+        alibi.encoder[0].attn.q.weight.zero_()
+    assert distance_share(alibi, sentences)["mean"] == pytest.approx(1.0, abs=1e-6)
+    none = distance_share(model_of("none"), sentences)
+    assert 0 <= none["mean"] < distance_share(model_of("alibi"), sentences)["mean"]
+    assert len(none["per_head"]) == 4
+
+
+def test_where_position_reads_the_model_not_the_name():
+    assert [where_position(model_of(v)) for v in ("learned", "concat", "rope", "relative", "none")] == [
+        "first layer", "first layer", "self-attention", "self-attention",
+        "nowhere (the decoder's causal mask only)"]
 
 
 def test_logit_shares_sum_to_one_and_none_is_all_word_word():

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = {"data": config.DataConfig, "tokenizer": config.TokenizerConfig,
             "train": config.TrainConfig, "eval": config.EvalConfig,
             "report": config.ReportConfig, "analyze": config.AnalyzeConfig}
-IDS = dict(positional="sinusoidal", vocab_size=100, pad_id=0, bos_id=2, eos_id=3)
+IDS = dict(positional="sinusoidal", position=config.SinusoidalSettings(), vocab_size=100, pad_id=0,
+           bos_id=2, eos_id=3)
 
 
 @pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml", "profiles/tiny.yaml"])
@@ -23,7 +24,32 @@ def test_every_profile_loads_into_every_section(profile):
         assert isinstance(config.load(path, section, cls), cls)
     model = config.load(path, "model", ModelConfig, **IDS)
     assert model.d_model % model.heads == 0
-    assert set(config.load_list(path, "variants", str)) == {"sinusoidal", "learned", "concat", "none"}
+    variants = config.load_list(path, "variants", str)
+    assert variants == tuple(config.POSITIONAL)  # all seven, in the registry's order
+    for variant in variants:
+        assert isinstance(config.load_positional(path, variant), config.POSITIONAL[variant])
+
+
+def test_the_two_registries_name_the_same_variants():
+    from posenc.positional import VARIANTS
+
+    assert list(VARIANTS) == list(config.POSITIONAL)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("clip: 16", "clip: 0", "positional.relative.clip: 0 is out of range; it must be >= 1"),
+    ("base: 10000.0", "base: 1", "positional.rope.base: 1.0 is out of range; it must be > 1"),
+    ("  alibi: {}", "  alibi: {slope: 1}", "positional.alibi.slope: unknown key"),
+    ("    kind: sinusoidal", "    kind: cosine", "positional.concat.kind: 'cosine' is not one of"),
+    ("  relative:\n    clip: 16", "", "positional.relative is missing; copy it from params.yaml"),
+])
+def test_bad_variant_settings_name_the_key(tmp_path, old, new, message):
+    text = (ROOT / "params.yaml").read_text()
+    assert old in text
+    path = _params(tmp_path, text.replace(old, new, 1))
+    variant = message.split(".")[1].split(":")[0].split(" ")[0]
+    with pytest.raises(UserError, match=re.escape(message)):
+        config.load_positional(path, variant)
 
 
 def test_paper_profile_keeps_the_base_settings():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posenc import checkpoints
-from posenc.config import ModelConfig
+from posenc.config import LearnedSettings, ModelConfig
 from posenc.model import build_model
 
 from conftest import error_line, posenc
@@ -50,12 +50,13 @@ def test_a_missing_model_says_how_to_make_it(tiny_data):
 def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, trained):
     """Evaluation does not cut a source to fit (that would score a translation of part of it)."""
     saved = torch.load(trained, weights_only=True)
-    config = dataclasses.replace(ModelConfig(**saved["config"]), positional="learned", max_positions=20)
+    config = dataclasses.replace(ModelConfig.from_dict(saved["config"]), positional="learned",
+                                 position=LearnedSettings(max_positions=20))
     path = tiny_data / "models/learned-short/model.pt"
     checkpoints.save_model(path, config, build_model(config).state_dict())
     line = error_line(evaluate(tiny_data, "models/learned-short/model.pt"), "evaluate")
     assert "data/prepared/arrays/val.de.npy: sentence " in line
     assert "more than the learned position table's 20 rows" in line
-    assert "raise model.max_positions to at least" in line
+    assert "raise positional.learned.max_positions to at least" in line
     assert not (tiny_data / "out").exists()
     shutil.rmtree(path.parent)

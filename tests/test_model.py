@@ -12,7 +12,8 @@ import torch
 from posenc.decode import beam_search, length_penalty
 from posenc.errors import UserError
 from posenc.model import AttentionCache, build_model, count_parameters
-from posenc.positional import VARIANTS, sinusoid_table
+from posenc.config import AlibiSettings, ConcatSettings, RopeSettings
+from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
 from posenc.train import lr_at
 
 from conftest import SMALL, model_of
@@ -44,12 +45,15 @@ def test_sinusoid_follows_the_paper_formula_interleaved():
 
 
 @pytest.mark.parametrize("variant, equivariant", [("none", True), ("sinusoidal", False),
-                                                  ("learned", False), ("concat", False)])
+                                                  ("learned", False), ("concat", False),
+                                                  ("rope", False), ("alibi", False),
+                                                  ("relative", False)])
 def test_only_none_is_permutation_equivariant_in_the_encoder(variant, equivariant):
     model = model_of(variant)
     with torch.no_grad():  # give the learned tables a visible size
-        for p in model.positional.parameters():
-            p.normal_(0, 1)
+        for name, p in model.named_parameters():
+            if "position" in name:
+                p.normal_(0, 1)
     src = torch.randint(4, 60, (1, 8), generator=torch.Generator().manual_seed(2))
     perm = torch.tensor([3, 0, 7, 1, 6, 2, 5, 4])
     with torch.no_grad():
@@ -59,30 +63,97 @@ def test_only_none_is_permutation_equivariant_in_the_encoder(variant, equivarian
 
 
 def test_concat_widths_and_parameter_count():
-    model = model_of("concat", concat_dim=8)
+    model = model_of("concat")
     assert model.embed.weight.shape == (60, 24)
-    token_part, position_part = model.first_layer_input(torch.tensor([[5, 6, 7]]))
-    assert token_part.shape == position_part.shape == (1, 3, 32)
+    token_part = model.positional.token_part(model.embed(torch.tensor([[5, 6, 7]])))
+    position_part = model.positional.position_part(torch.arange(3))
+    assert token_part.shape == (1, 3, 32) and position_part.shape == (3, 32)
     assert torch.all(token_part[..., 24:] == 0) and torch.all(position_part[..., :24] == 0)
-    assert torch.allclose(position_part[0, :, 24:], sinusoid_table(torch.arange(3), 8))
+    assert torch.allclose(position_part[:, 24:], sinusoid_table(torch.arange(3), 8))
     summed = model_of("sinusoidal")
     # the narrower shared table is the only difference from the summed model
     assert count_parameters(summed) - count_parameters(model) == 60 * 8
-    learned = model_of("concat", concat_kind="learned")
+    learned = model_of("concat", position=ConcatSettings(8, "learned", 64))
     assert count_parameters(learned) - count_parameters(model) == 64 * 8
 
 
+def test_attention_side_variants_add_what_their_papers_add():
+    base = count_parameters(model_of("none"))
+    assert count_parameters(model_of("rope")) == count_parameters(model_of("alibi")) == base
+    # Shaw et al.: a key and a value table of 2k + 1 rows, d_head wide, in each self-attention
+    # (2 layers x (encoder + decoder)); cross-attention has none
+    assert count_parameters(model_of("relative")) - base == 4 * 2 * (2 * 3 + 1) * 8
+    model = model_of("relative")
+    assert all(layer.cross_attn.position is None for layer in model.decoder)
+    assert model.positional.position_part(torch.arange(5)) is None
+
+
 @pytest.mark.parametrize("changes, message", [
-    (dict(positional="rotary"), "valid variants: sinusoidal, learned, concat, none"),
-    (dict(positional="concat", concat_dim=32), "model.concat_dim (32) must be between 0 and model.d_model"),
-    (dict(positional="concat", concat_dim=0), "model.concat_dim (0)"),
+    (dict(positional="rotary"), "valid variants: sinusoidal, learned, concat, none, rope, alibi, relative"),
+    (dict(positional="concat", position=ConcatSettings(32, "sinusoidal", 64)),
+     "positional.concat.dim (32) must be below model.d_model (32)"),
+    (dict(positional="concat", position=ConcatSettings(7, "sinusoidal", 64)),
+     "positional.concat.dim (7) must be even"),
     (dict(heads=5), "model.heads (5) must divide model.d_model (32)"),
-    (dict(positional="concat", concat_dim=7), "even width, got 7"),
+    (dict(positional="rope", position=RopeSettings(10000.0), d_model=36, heads=4),
+     "model.d_model / model.heads = 9 dimensions"),
+    (dict(positional="alibi", position=AlibiSettings(), d_model=36, heads=3),
+     "not model.heads = 3"),
 ])
 def test_bad_model_configurations_fail_clearly(changes, message):
     with pytest.raises(UserError) as e:
         build_model(dataclasses.replace(SMALL, **changes))
     assert message in str(e.value)
+
+
+def test_rope_logits_depend_on_the_distance_only():
+    rope = Rotary(16, 10000.0)
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(1, 1, 1, 16, generator=g), torch.randn(1, 1, 1, 16, generator=g)
+
+    def logit(m, n):
+        return float(rope.rotate(q, torch.tensor([m])) @ rope.rotate(k, torch.tensor([n])).transpose(-1, -2))
+
+    assert logit(3, 1) == pytest.approx(logit(12, 10), abs=1e-4) == pytest.approx(logit(52, 50), abs=1e-4)
+    assert logit(3, 1) != pytest.approx(logit(3, 2), abs=1e-3)
+    assert logit(0, 0) == pytest.approx(float(q.flatten() @ k.flatten()), abs=1e-5)  # no rotation at 0
+    # the first pair turns by one radian per position (theta_0 = 1): RoFormer eq. 34
+    e0 = torch.zeros(1, 1, 1, 16)
+    e0[..., 0] = 1
+    turned = rope.rotate(e0, torch.tensor([1]))[0, 0, 0]
+    assert turned[:2].tolist() == pytest.approx([math.cos(1), math.sin(1)], abs=1e-6)
+
+
+@pytest.mark.parametrize("heads, expected", [(4, [1 / 4, 1 / 16, 1 / 64, 1 / 256]),
+                                             (8, [2 ** -i for i in range(1, 9)])])
+def test_alibi_slopes_are_the_papers_geometric_sequence(heads, expected):
+    # Press et al. 2022, §3: for n heads, 2^(-8/n), 2^(-16/n), ..., 2^(-8)
+    assert alibi_slopes(heads).tolist() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("variant, invariant", [("rope", True), ("alibi", True), ("relative", True),
+                                                ("none", True), ("sinusoidal", False),
+                                                ("learned", False), ("concat", False)])
+def test_relative_variants_give_the_same_logits_at_any_offset(variant, invariant):
+    model = model_of(variant)
+    src = torch.randint(4, 60, (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        at_0, at_7 = model.first_layer_logits(src), model.first_layer_logits(src, offset=7)
+        memory_0, memory_7 = model.encode(src)[0], model.encode(src, offset=7)[0]
+    assert torch.allclose(at_0, at_7, atol=1e-4) is invariant
+    assert torch.allclose(memory_0, memory_7, atol=1e-4) is invariant
+
+
+def test_the_four_terms_sum_to_the_models_own_logits():
+    for variant in ("sinusoidal", "learned", "concat"):
+        model = model_of(variant)
+        src = torch.randint(4, 60, (2, 6), generator=torch.Generator().manual_seed(5))
+        assert model.logit_split() is None
+        with torch.no_grad():
+            terms = model.first_layer_terms(src)
+            assert torch.allclose(sum(terms.values()), model.first_layer_logits(src), atol=1e-4)
+    assert "inside attention" in model_of("rope").logit_split()
+    assert "pre-norm" in model_of("sinusoidal", norm="pre").logit_split()
 
 
 def test_learning_rate_schedule_matches_equation_3():
@@ -102,6 +173,7 @@ def test_length_penalty_is_gnmt():
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_cached_decoding_equals_a_full_forward_pass(variant):
+    """For every variant, to 1e-5 in float32: step by step, and on after a beam reorder."""
     model = model_of(variant)
     src, tgt = batch()
     with torch.no_grad():
@@ -109,7 +181,19 @@ def test_cached_decoding_equals_a_full_forward_pass(variant):
         memory, mask = model.encode(src)
         cache = model.new_cache(7)
         steps = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache) for i in range(7)], 1)
-    assert torch.allclose(full, steps, atol=1e-5)
+        assert torch.allclose(full, steps, atol=1e-5)
+        # three beams of one sentence for three steps; then beam search keeps beams 2, 0, 0 and
+        # the cache must continue those prefixes
+        beams = src[:1].expand(3, -1)
+        memory, mask = model.encode(beams)
+        cache = model.new_cache(7)
+        for i in range(3):
+            model.decode(tgt[:, i:i + 1], memory, mask, cache)
+        rows = torch.tensor([2, 0, 0])
+        cache.reorder(rows)
+        moved = tgt[rows]
+        later = torch.cat([model.decode(moved[:, i:i + 1], memory, mask, cache) for i in range(3, 7)], 1)
+        assert torch.allclose(model(beams, moved)[:, 3:], later, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

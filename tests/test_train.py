@@ -211,7 +211,7 @@ def test_a_diverging_run_stops_naming_the_step(tiny_data):
 
 def test_bad_variant_fails_before_training(tiny_data):
     r = run_train(tiny_data, "bad", variant="rotary")
-    assert "valid variants: sinusoidal, learned, concat, none" in error_line(r, "train")
+    assert "valid variants: sinusoidal, learned, concat, none, rope, alibi, relative" in error_line(r, "train")
 
 
 def test_sentences_longer_than_a_learned_table_fail_before_training(tiny_data):
@@ -220,7 +220,7 @@ def test_sentences_longer_than_a_learned_table_fail_before_training(tiny_data):
     line = error_line(r, "train")
     assert "data/prepared/arrays/train.en.npy: sentence " in line
     assert "more than the learned position table's 20 rows" in line
-    assert "raise model.max_positions to at least " in line
+    assert "raise positional.learned.max_positions to at least " in line
     assert not (tiny_data / "ck/short").exists() and not (tiny_data / "short").exists()
     # sinusoids have no such bound
     assert run_train(tiny_data, "short-sin", params=params, variant="sinusoidal").returncode == 0

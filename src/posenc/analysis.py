@@ -6,9 +6,13 @@
    token embeddings' and the position table's principal subspaces, against random subspaces.
 3. "With a sum, attention does four jobs at once": the first encoder layer's logits split exactly
    into word-word, word-position, position-word and position-position terms (post-norm: the first
-   layer's input is exactly token part + position part; dropout off).
+   layer's input is exactly token part + position part; dropout off). Where position acts inside
+   attention (rope, alibi, relative) no such split exists; for every variant, the share of the
+   first layer's logit variance that relative distance alone explains.
 4. "Without positions there is no word order": dev BLEU with shuffled and reversed source words.
-The sentences of analysis.md are generated from the numbers, so they stay true when those change.
+Every measurement asks the model (its position part, its first-layer logits); none keys on a
+variant's name. The sentences of analysis.md are generated from the numbers, so they stay true
+when those change.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from posenc.corpora import SRC
 from posenc.decode import translate
 from posenc.evaluate import read_references, score
 from posenc.figures import pyplot, save_png
-from posenc.positional import sinusoid_table
 
 TERMS = ("word-word", "word-position", "position-word", "position-position")
 
@@ -75,39 +78,65 @@ def subspace_angles(token_matrix: np.ndarray, position_table: np.ndarray, share:
 
 
 # 3 -------------------------------------------------------------------------------------------
-def logit_terms(attn, token_part: torch.Tensor, position_part: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The four terms (batch, heads, query, key) of q.k / sqrt(d_head) for x + e through one
-    bias-free attention layer; their sum is the layer's logits."""
-    q = {"word": attn.split(attn.q(token_part)), "position": attn.split(attn.q(position_part))}
-    k = {"word": attn.split(attn.k(token_part)), "position": attn.split(attn.k(position_part))}
-    scale = attn.d_head ** -0.5
-    return {f"{a}-{b}": q[a] @ k[b].transpose(-1, -2) * scale
-            for a in ("word", "position") for b in ("word", "position")}
+def first_layer_batches(model, sentences: list[np.ndarray], batch_size: int = 64):
+    """(padded source ids, (B, S, S) mask of pairs of real tokens) for each batch of sentences."""
+    for start in range(0, len(sentences), batch_size):
+        src = pad(sentences[start:start + batch_size], model.config.pad_id)
+        real = src != model.config.pad_id
+        yield src, real[:, :, None] & real[:, None, :]
 
 
 @torch.no_grad()
-def logit_shares(model, sentences: list[np.ndarray], batch_size: int = 64) -> dict:
-    """Each term's share of the summed term variances, per head and averaged over heads, over all
-    (query, key) pairs of real tokens in the first encoder layer."""
-    attn = model.encoder[0].attn
-    stats = torch.zeros(len(TERMS), attn.heads, 3, dtype=torch.float64)  # count, sum, sum of squares
-    for start in range(0, len(sentences), batch_size):
-        src = pad(sentences[start:start + batch_size], model.config.pad_id)
-        token_part, position_part = model.first_layer_input(src)
-        terms = logit_terms(attn, token_part, position_part)
-        real = (src != model.config.pad_id)
-        pairs = (real[:, :, None] & real[:, None, :])[:, None].expand(-1, attn.heads, -1, -1)
+def logit_shares(model, sentences: list[np.ndarray]) -> dict:
+    """Each of the four terms' share of the summed term variances, per head and averaged over
+    heads, over all (query, key) pairs of real tokens in the first encoder layer."""
+    heads = model.config.heads
+    stats = torch.zeros(len(TERMS), heads, 3, dtype=torch.float64)  # count, sum, sum of squares
+    for src, pairs in first_layer_batches(model, sentences):
+        terms = model.first_layer_terms(src)
         for i, name in enumerate(TERMS):
-            t = terms[name].double()
-            for h in range(attn.heads):
-                values = t[:, h][pairs[:, h]]
-                stats[i, h] += torch.stack((torch.tensor(float(values.numel()), dtype=torch.float64),
-                                            values.sum(), (values ** 2).sum()))
+            values = terms[name].double().transpose(0, 1)[:, pairs]  # (heads, pairs)
+            stats[i] += torch.stack((torch.full((heads,), float(values.shape[1]), dtype=torch.float64),
+                                     values.sum(1), (values ** 2).sum(1)), dim=1)
     count, total, squares = stats.unbind(-1)
     variance = squares / count - (total / count) ** 2  # (terms, heads)
     share = variance / variance.sum(0, keepdim=True)
     return {"per_head": {name: [round(float(v), 4) for v in share[i]] for i, name in enumerate(TERMS)},
             "mean": {name: round(float(share[i].mean()), 4) for i, name in enumerate(TERMS)}}
+
+
+@torch.no_grad()
+def distance_share(model, sentences: list[np.ndarray]) -> dict:
+    """The share of the first encoder layer's logit variance explained by the distance j - i
+    alone (the correlation ratio eta^2 of the logits grouped by distance), per head and averaged:
+    1 when the logits are a function of distance (a pure ALiBi bias), near 0 when position plays
+    no part. Defined for every variant, additive or not."""
+    span = max(len(s) for s in sentences)
+    heads = model.config.heads
+    count = torch.zeros(2 * span - 1, dtype=torch.float64)
+    sums = torch.zeros(heads, 2 * span - 1, dtype=torch.float64)
+    squares = torch.zeros(heads, dtype=torch.float64)
+    for src, pairs in first_layer_batches(model, sentences):
+        positions = torch.arange(src.shape[1])
+        distance = (positions[None, :] - positions[:, None] + span - 1).expand_as(pairs)[pairs]
+        values = model.first_layer_logits(src).double().transpose(0, 1)[:, pairs]  # (heads, pairs)
+        count.index_add_(0, distance, torch.ones_like(distance, dtype=torch.float64))
+        sums.index_add_(1, distance, values)
+        squares += (values ** 2).sum(1)
+    n = count.sum()
+    grand = sums.sum(1) / n
+    between = (sums ** 2 / count.clamp(min=1)).sum(1) - n * grand ** 2
+    share = between / (squares - n * grand ** 2)
+    return {"per_head": [round(float(v), 4) for v in share], "mean": round(float(share.mean()), 4)}
+
+
+def where_position(model) -> str:
+    """Where the variant puts position, as the model is built (not as its name says)."""
+    if model.positional.position_part(torch.arange(1)) is not None:
+        return "first layer"
+    if model.encoder[0].attn.position is not None:
+        return "self-attention"
+    return "nowhere (the decoder's causal mask only)"
 
 
 # 4 -------------------------------------------------------------------------------------------
@@ -147,26 +176,24 @@ def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
     dev = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)[:limit]
     dev_sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")[:limit]
     dev_references = read_references(raw, corpus.dev, limit)
-    out = {"longest_training_sentence": longest, "position_variance": {}, "subspace_angles": {},
-           "logit_terms": {}, "word_order_bleu": {}}
+    out = {"longest_training_sentence": longest, "where_position": {}, "position_variance": {},
+           "subspace_angles": {}, "logit_terms": {}, "distance_share": {}, "word_order_bleu": {}}
     for name, model in models.items():
-        d = model.config.d_model
-        tables = {}
-        if name == "sinusoidal":
-            tables = {f"L{n}": sinusoid_table(torch.arange(n), d).numpy()
-                      for n in (longest, cfg.long_positions)}
-        elif name == "learned":
-            table = model.positional.table.weight.detach().numpy()
-            tables = {f"L{n}": table[:n] for n in (longest, cfg.long_positions)}
-        if tables:
+        out["where_position"][name] = where_position(model)
+        # A learned table has max_len rows: the long range stops there ("positions" says so).
+        rows = {n: min(n, model.max_len or n) for n in (longest, cfg.long_positions)}
+        parts = {n: model.positional.position_part(torch.arange(r)) for n, r in rows.items()}
+        if parts[longest] is not None:
+            tables = {f"L{n}": p.detach().numpy() for n, p in parts.items()}
             out["position_variance"][name] = {k: dimension_variance(t, cfg.variance_shares)
                                               for k, t in tables.items()}
-            embeddings = (model.embed.weight.detach() * model.scale).numpy()
+            embeddings = model.positional.token_part(model.embed.weight.detach() * model.scale).numpy()
             embeddings = np.delete(embeddings, model.config.pad_id, axis=0)
             out["subspace_angles"][name] = subspace_angles(
                 embeddings, tables[f"L{longest}"], cfg.subspace_share, cfg.random_trials, cfg.seed)
-        if name != "none" and model.config.norm == "post":
-            out["logit_terms"][name] = logit_shares(model, dev)
+        reason = model.logit_split()
+        out["logit_terms"][name] = logit_shares(model, dev) if reason is None else {"undefined": reason}
+        out["distance_share"][name] = distance_share(model, dev)
         out["word_order_bleu"][name] = word_order_bleu(model, sp, dev_sources, dev_references,
                                                        cfg.seed, eval_cfg)
     return out
@@ -182,14 +209,18 @@ def markdown(a: dict, shares: tuple[float, ...]) -> str:
             lines.append(f"- {name}, positions 0..{t['positions'] - 1}: {s_lo}% of the positional variance "
                          f"lies in {t[f'dims_{s_lo}pct']} of {t['dims']} dimensions, {s_hi}% in "
                          f"{t[f'dims_{s_hi}pct']}.")
-    sin = a["position_variance"].get("sinusoidal", {})
-    if sin:
-        short = sin[f"L{a['longest_training_sentence']}"]
+    key = f"L{a['longest_training_sentence']}"
+    for name, tables in a["position_variance"].items():
+        short = tables[key]
         half = short[f"dims_{s_lo}pct"] <= 0.6 * short["dims"]
-        lines += ["", f"Over the sentence lengths seen in training (up to {a['longest_training_sentence']} "
-                  f"subwords) the claim {'holds' if half else 'does not hold'}: "
-                  f"{short[f'dims_{s_lo}pct']} of {short['dims']} dimensions carry {s_lo}% of the variance; "
-                  "the low-frequency dimensions barely move over short ranges and are free for word content."]
+        lines.append(f"\n- {name}: over the sentence lengths seen in training (up to "
+                     f"{a['longest_training_sentence']} subwords) the claim "
+                     f"{'holds' if half else 'does not hold'}: {short[f'dims_{s_lo}pct']} of "
+                     f"{short['dims']} dimensions carry {s_lo}% of the variance.")
+    others = [n for n in a["where_position"] if n not in a["position_variance"]]
+    if others:
+        lines.append(f"\n- {', '.join(others)}: no position vectors at the first layer, so "
+                     "sections 1 and 2 do not apply.")
     lines += ["", "### 2. \"Word and position vectors occupy nearly orthogonal subspaces\"", ""]
     for name, r in a["subspace_angles"].items():
         closer = r["mean_cos"] < r["random_mean_cos"] - 2 * r["random_std"]
@@ -200,15 +231,24 @@ def markdown(a: dict, shares: tuple[float, ...]) -> str:
                      f"(positions) dimensions; mean cosine of the principal angles {r['mean_cos']} "
                      f"(mean angle {r['mean_angle_deg']}°), against {r['random_mean_cos']} ± "
                      f"{r['random_std']} for random subspaces of the same sizes: {verdict} chance.")
+    split = {n: r for n, r in a["logit_terms"].items() if "undefined" not in r}
     lines += ["", "### 3. \"With a sum, attention does four jobs at once\"", "",
               "Share of the first encoder layer's attention-logit variance (mean over heads):", "",
               "| variant | " + " | ".join(TERMS) + " |", "|---|" + "---|" * len(TERMS)]
-    for name, r in a["logit_terms"].items():
+    for name, r in split.items():
         lines.append(f"| {name} | " + " | ".join(f"{r['mean'][t]:.3f}" for t in TERMS) + " |")
-    for name, r in a["logit_terms"].items():
+    for name, r in split.items():
         cross = r["mean"]["word-position"] + r["mean"]["position-word"]
         lines.append(f"\n- {name}: the cross terms carry {cross:.1%} of the logit variance, "
                      f"position-position {r['mean']['position-position']:.1%}.")
+    for name, r in a["logit_terms"].items():
+        if "undefined" in r:
+            lines.append(f"\n- {name}: not defined: {r['undefined']}.")
+    lines += ["", "Share of the same logits' variance that the distance j - i alone explains "
+              "(eta squared; 1 = a function of distance only):", "",
+              "| variant | position enters | distance share |", "|---|---|---|"]
+    for name, r in a["distance_share"].items():
+        lines.append(f"| {name} | {a['where_position'][name]} | {r['mean']:.3f} |")
     lines += ["", "### 4. \"Without positions the model has no notion of word order\"", "",
               "Dev BLEU with the source words in their original order, shuffled (seeded) and reversed:", "",
               "| variant | original | shuffled | reversed |", "|---|---|---|---|"]
@@ -217,7 +257,8 @@ def markdown(a: dict, shares: tuple[float, ...]) -> str:
     for name, r in a["word_order_bleu"].items():
         drop = r["original"] - r["shuffled"]
         lines.append(f"\n- {name}: shuffling the source costs {drop:.2f} BLEU"
-                     + (" (its encoder sees a bag of words, so order cannot matter)." if name == "none" else "."))
+                     + (" (its encoder sees a bag of words, so order cannot matter)."
+                        if a["where_position"][name].startswith("nowhere") else "."))
     return "\n".join(lines) + "\n"
 
 
@@ -234,7 +275,7 @@ def plot(a: dict, figures: Path) -> None:
     save_png(fig, figures / "position_variance.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    names = list(a["logit_terms"])
+    names = [n for n, r in a["logit_terms"].items() if "undefined" not in r]
     bottom = np.zeros(len(names))
     for term in TERMS:
         values = np.array([a["logit_terms"][n]["mean"][term] for n in names])

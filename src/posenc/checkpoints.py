@@ -142,7 +142,7 @@ def load_model(path: Path, device: torch.device | str = "cpu"):
         raise UserError(f"{path}: missing; run `dvc repro` to train it")
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
-        model = build_model(ModelConfig(**saved["config"]))
+        model = build_model(ModelConfig.from_dict(saved["config"]))
         model.load_state_dict(saved["model"])
     except UserError:
         raise

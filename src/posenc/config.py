@@ -50,7 +50,7 @@ Fraction = Annotated[float, Range(0, 1, high_open=True)]     # a probability bel
 Share = Annotated[float, Range(0, 1, low_open=True)]         # a share of a whole: (0, 1]
 
 # Top-level keys of params.yaml. `variants`, `seeds` and `launcher` are read by dvc.yaml only.
-SECTIONS = ("data", "tokenizer", "model", "train", "eval", "report", "analyze",
+SECTIONS = ("data", "tokenizer", "model", "positional", "train", "eval", "report", "analyze",
             "variants", "seeds", "launcher")
 
 
@@ -72,10 +72,56 @@ class TokenizerConfig:
     threads: Positive
 
 
+# Each positional variant's own settings: params.yaml's `positional.<variant>`, so that the train
+# stage of a variant declares (and is re-run by) its own settings only. posenc.positional.VARIANTS
+# builds each of them from these.
+@dataclass(frozen=True)
+class SinusoidalSettings:
+    """§3.5: fixed sinusoids summed with the token embeddings; nothing to set."""
+
+
+@dataclass(frozen=True)
+class LearnedSettings:
+    max_positions: Positive       # rows of the learned table: no sentence may be longer
+
+
+@dataclass(frozen=True)
+class ConcatSettings:
+    dim: Positive                 # width of the position part; the token table is d_model - dim
+    kind: Literal["sinusoidal", "learned"]
+    max_positions: Positive       # rows of the table when kind is learned
+
+
+@dataclass(frozen=True)
+class NoneSettings:
+    """No position signal at all; nothing to set."""
+
+
+@dataclass(frozen=True)
+class RopeSettings:
+    base: Annotated[float, Range(1, low_open=True)]  # RoFormer's 10000: wavelengths 2π..2π·base
+
+
+@dataclass(frozen=True)
+class AlibiSettings:
+    """Fixed slopes from the head count (Press et al. 2022, §3); nothing to set."""
+
+
+@dataclass(frozen=True)
+class RelativeSettings:
+    clip: Positive                # k of Shaw et al. 2018: distances beyond ±k share one vector
+
+
+POSITIONAL = {"sinusoidal": SinusoidalSettings, "learned": LearnedSettings, "concat": ConcatSettings,
+              "none": NoneSettings, "rope": RopeSettings, "alibi": AlibiSettings,
+              "relative": RelativeSettings}
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Everything `build_model` needs; saved with each checkpoint so the model can be rebuilt."""
-    positional: str               # a name in posenc.positional.VARIANTS
+    positional: str               # a name in POSITIONAL (and posenc.positional.VARIANTS)
+    position: Any                 # that variant's settings: an instance of POSITIONAL[positional]
     vocab_size: int               # vocab_size and the special ids come from the SentencePiece model
     pad_id: int
     bos_id: int
@@ -85,10 +131,12 @@ class ModelConfig:
     heads: Positive
     layers: Positive              # N, on each side (§3.1)
     dropout: Fraction             # P_drop (§5.4)
-    max_positions: Positive       # rows of a learned position table
-    concat_dim: Positive          # width of the position part for `concat`
-    concat_kind: Literal["sinusoidal", "learned"]
     norm: Literal["post", "pre"]  # post: LayerNorm(x + Sublayer(x)) as in §3.1
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "ModelConfig":
+        """The inverse of dataclasses.asdict (a checkpoint's "config")."""
+        return cls(**{**saved, "position": POSITIONAL[saved["positional"]](**saved["position"])})
 
 
 @dataclass(frozen=True)
@@ -154,6 +202,17 @@ def load(path: str | Path, section: str, cls: type, **fixed: Any):
     if section not in raw:
         raise UserError(f"{path}: section '{section}' is missing; copy it from params.yaml")
     return build(cls, raw[section], f"{path}: {section}", **fixed)
+
+
+def load_positional(path: str | Path, variant: str):
+    """The settings of one positional variant: `positional.<variant>` of the file at `path`."""
+    if variant not in POSITIONAL:
+        raise UserError(f"positional variant '{variant}' is unknown; valid variants: "
+                        f"{', '.join(POSITIONAL)} ({path}: variants)")
+    raw = read_params(path).get("positional")
+    if not isinstance(raw, dict) or variant not in raw:
+        raise UserError(f"{path}: positional.{variant} is missing; copy it from params.yaml")
+    return build(POSITIONAL[variant], raw[variant] or {}, f"{path}: positional.{variant}")
 
 
 def load_list(path: str | Path, key: str, item_type: Any) -> tuple:

@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from posenc.config import ModelConfig
 from posenc.errors import UserError
-from posenc.positional import VARIANTS, Positional
+from posenc import positional as variants
+from posenc.positional import VARIANTS, AttentionPositions, Positional
 
 
 def moved_rows(rows: Tensor) -> Tensor:
@@ -90,35 +91,79 @@ class DecoderCache:
 
 class MultiHeadAttention(nn.Module):
     """§3.2.2. Projections are bias-free matrices W^Q, W^K, W^V, W^O as in the paper (and
-    tensor2tensor), so the first layer's logits split exactly into token and position terms."""
+    tensor2tensor), so the first layer's logits split exactly into token and position terms.
 
-    def __init__(self, d_model: int, heads: int):
+    `position` (self-attention only) is the variant's module (posenc.positional): it rotates
+    queries and keys, and/or biases the logits. Without a bias the attention is one call of
+    scaled_dot_product_attention with the boolean mask or `is_causal` (its fast kernels); a bias
+    is folded with the masks into one float `attn_mask`; Shaw's value term needs the weights, so
+    that variant forms them itself.
+    """
+
+    def __init__(self, d_model: int, heads: int, position: AttentionPositions | None = None):
         super().__init__()
         self.heads, self.d_head = heads, d_model // heads
         self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model, bias=False) for _ in range(4))
+        self.position = position
 
     def split(self, x: Tensor) -> Tensor:  # (B, L, d) -> (B, heads, L, d_head)
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
 
+    def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Self-attention's queries and keys for `x` at `positions`, rotated where the variant does."""
+        q, k = self.split(self.q(x)), self.split(self.k(x))
+        if self.position is not None:
+            q, k = self.position.rotate(q, positions), self.position.rotate(k, positions)
+        return q, k
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        return q @ k.transpose(-1, -2) * self.d_head ** -0.5
+
+    def logits(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        """q·k / sqrt(d_head), plus the variant's bias: (B, heads, Lq, Lk), before any mask."""
+        if self.position is None or not self.position.has_bias:
+            return self.scores(q, k)
+        return self.scores(q, k) + self.position.bias(q, q_positions, k_positions)
+
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: AttentionCache | None = None) -> Tensor:
-        """Self-attention when `memory` is None, else attention over `memory` (§3.2.3).
+                causal: bool = False, cache: AttentionCache | None = None,
+                positions: Tensor | None = None) -> Tensor:
+        """Self-attention over `x` at `positions` when `memory` is None, else attention over
+        `memory` (§3.2.3). `mask` (B, 1, 1, Lk) is True at the keys that may be attended to.
 
         With `cache`, keys and values of earlier steps (self) or of the memory (cross) are kept
-        there, so incremental decoding computes each of them once.
+        there, so incremental decoding computes each of them once; the cached keys sit at
+        positions 0, 1, ..., so `positions` are those of the newest steps.
         """
-        q = self.split(self.q(x))
         if memory is None:
-            k, v = self.split(self.k(x)), self.split(self.v(x))
+            q, k = self.queries_keys(x, positions)
+            v = self.split(self.v(x))
             if cache is not None:
                 k, v = cache.append(k, v)
-        elif cache is not None and cache.k is not None:
-            k, v = cache.k, cache.v
         else:
-            k, v = self.split(self.k(memory)), self.split(self.v(memory))
-            if cache is not None:
-                cache.set(k, v)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+            q = self.split(self.q(x))
+            if cache is not None and cache.k is not None:
+                k, v = cache.k, cache.v
+            else:
+                k, v = self.split(self.k(memory)), self.split(self.v(memory))
+                if cache is not None:
+                    cache.set(k, v)
+        if self.position is None or not self.position.has_bias:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        else:
+            k_positions = positions if cache is None else torch.arange(k.shape[2], device=k.device)
+            bias = self.position.bias(q, positions, k_positions)
+            blocked = torch.tensor(float("-inf"), dtype=bias.dtype, device=bias.device)
+            if mask is not None:
+                bias = torch.where(mask, bias, blocked)
+            if causal:
+                future = torch.ones(bias.shape[-2:], dtype=torch.bool, device=q.device).triu(1)
+                bias = torch.where(future, blocked, bias)
+            if self.position.has_values:
+                weights = (self.scores(q, k) + bias).softmax(-1)
+                out = weights @ v + self.position.values(weights, positions, k_positions)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return self.o(out.transpose(1, 2).flatten(2))
 
 
@@ -136,6 +181,9 @@ class Residual(nn.Module):
         super().__init__()
         self.norm, self.drop, self.pre = nn.LayerNorm(d_model), nn.Dropout(dropout), norm == "pre"
 
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre else x
+
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.pre:
             return x + self.drop(sublayer(self.norm(x)))
@@ -143,30 +191,32 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, positional: Positional):
         super().__init__()
-        self.attn, self.ff = MultiHeadAttention(c.d_model, c.heads), FeedForward(c.d_model, c.d_ff)
+        self.attn = MultiHeadAttention(c.d_model, c.heads, positional.self_attention())
+        self.ff = FeedForward(c.d_model, c.d_ff)
         self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm) for _ in range(2))
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        x = self.res[0](x, lambda y: self.attn(y, mask=mask))
+    def forward(self, x: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
+        x = self.res[0](x, lambda y: self.attn(y, mask=mask, positions=positions))
         return self.res[1](x, self.ff)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, positional: Positional):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.heads)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.heads)
+        self.self_attn = MultiHeadAttention(c.d_model, c.heads, positional.self_attention())
+        self.cross_attn = MultiHeadAttention(c.d_model, c.heads)  # position-free (§3.2.3)
         self.ff = FeedForward(c.d_model, c.d_ff)
         self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm) for _ in range(3))
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor,
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, positions: Tensor,
                 caches: tuple[AttentionCache, AttentionCache] | None) -> Tensor:
         # Without a cache the whole prefix is here: mask the future (§3.2.3). With one, x is the
         # newest position only and every cached key is in its past.
         self_cache, cross_cache = caches or (None, None)
-        x = self.res[0](x, lambda y: self.self_attn(y, causal=caches is None, cache=self_cache))
+        x = self.res[0](x, lambda y: self.self_attn(y, causal=caches is None, cache=self_cache,
+                                                    positions=positions))
         x = self.res[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask, cache=cross_cache))
         return self.res[2](x, self.ff)
 
@@ -177,19 +227,21 @@ class Transformer(nn.Module):
         self.config, self.positional = c, positional
         width = positional.token_dim
         # §3.4: one matrix for both embeddings and the pre-softmax projection, scaled by sqrt(width).
-        # For `concat` the token table is d_model - concat_dim wide; its logits come from the same
-        # slice of the decoder output, so the projection stays tied (see `logits`).
+        # For `concat` the token table is d_model - positional.concat.dim wide; its logits come
+        # from the same slice of the decoder output, so the projection stays tied (see `logits`).
         self.embed = nn.Embedding(c.vocab_size, width, padding_idx=c.pad_id)
         self.scale = math.sqrt(width)
         self.drop = nn.Dropout(c.dropout)  # §5.4: on the sums of embeddings and positions
-        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.layers))
-        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.layers))
+        self.encoder = nn.ModuleList(EncoderLayer(c, positional) for _ in range(c.layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c, positional) for _ in range(c.layers))
         # Pre-norm stacks need a final LayerNorm; post-norm outputs are normalized already.
         self.enc_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         self.dec_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
-        for name, p in self.named_parameters():
-            if p.dim() == 2 and not name.startswith(("embed", "positional")):
-                nn.init.xavier_uniform_(p)
+        # Xavier for the projection matrices (as tensor2tensor); position tables and relative
+        # embeddings keep the initialisation their own module states (posenc.positional).
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
         nn.init.normal_(self.embed.weight, std=width ** -0.5)
         with torch.no_grad():
             self.embed.weight[c.pad_id].zero_()
@@ -198,21 +250,17 @@ class Transformer(nn.Module):
     def max_len(self) -> int | None:
         return self.positional.max_len
 
-    def first_layer_input(self, ids: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
-        """The (token part, position part) whose sum enters the first layer, before dropout."""
-        positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
-        return self.positional.parts(self.embed(ids) * self.scale, positions)
+    def embed_with_positions(self, ids: Tensor, positions: Tensor) -> Tensor:
+        return self.drop(self.positional(self.embed(ids) * self.scale, positions))
 
-    def embed_with_positions(self, ids: Tensor, offset: int = 0) -> Tensor:
-        token_part, position_part = self.first_layer_input(ids, offset)
-        return self.drop(token_part + position_part)
-
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """Source ids (B, S) -> memory (B, S, d_model) and the key mask (B, 1, 1, S), True = token."""
+    def encode(self, src: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Source ids (B, S) -> memory (B, S, d_model) and the key mask (B, 1, 1, S), True = token.
+        `offset` moves the sentence to positions offset, offset + 1, ... (the shift tests)."""
         mask = (src != self.config.pad_id)[:, None, None, :]
-        x = self.embed_with_positions(src)
+        positions = torch.arange(offset, offset + src.shape[1], device=src.device)
+        x = self.embed_with_positions(src, positions)
         for layer in self.encoder:
-            x = layer(x, mask)
+            x = layer(x, mask, positions)
         return self.enc_norm(x), mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
@@ -220,9 +268,10 @@ class Transformer(nn.Module):
         """Logits (B, T, vocab) for target inputs (B, T). With a cache (see `new_cache`), `tgt` holds
         only the newest tokens and the cache supplies everything before them."""
         offset = 0 if cache is None else cache.length
-        x = self.embed_with_positions(tgt, offset)
+        positions = torch.arange(offset, offset + tgt.shape[1], device=tgt.device)
+        x = self.embed_with_positions(tgt, positions)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, src_mask,
+            x = layer(x, memory, src_mask, positions,
                       None if cache is None else (cache.self_attn[i], cache.cross_attn[i]))
         if cache is not None:
             cache.length += tgt.shape[1]
@@ -239,6 +288,39 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt, memory, src_mask)
 
+    # What the analysis stage reads: the first encoder self-attention, as the model computes it.
+    def first_layer_logits(self, src: Tensor, offset: int = 0) -> Tensor:
+        """The first encoder self-attention's logits (B, heads, S, S) before the padding mask,
+        with the variant's rotation and bias; dropout as the mode says (eval: off)."""
+        positions = torch.arange(offset, offset + src.shape[1], device=src.device)
+        layer = self.encoder[0]
+        x = layer.res[0].sublayer_input(self.embed_with_positions(src, positions))
+        q, k = layer.attn.queries_keys(x, positions)
+        return layer.attn.logits(q, k, positions, positions)
+
+    def logit_split(self) -> str | None:
+        """Why the first layer's logits do not split into word and position terms, or None."""
+        if self.encoder[0].attn.position is not None:
+            return ("position acts inside attention (a rotation or a bias), not as a summand of "
+                    "the input: there is no position vector to split the logits by")
+        if self.config.norm == "pre":
+            return "pre-norm: the first attention sees LayerNorm(word + position), which does not split"
+        return None
+
+    def first_layer_terms(self, src: Tensor) -> dict[str, Tensor]:
+        """Where `logit_split()` is None: the first encoder layer's logits split exactly into
+        word-word, word-position, position-word and position-position terms (bias-free
+        projections, post-norm, dropout off), each (B, heads, S, S), summing to
+        `first_layer_logits(src)`."""
+        positions = torch.arange(src.shape[1], device=src.device)
+        word = self.positional.token_part(self.embed(src) * self.scale)
+        position = self.positional.position_part(positions)
+        parts = {"word": word, "position": torch.zeros_like(word) if position is None
+                 else position.to(word.dtype).expand_as(word)}
+        attn = self.encoder[0].attn
+        return {f"{a}-{b}": attn.scores(attn.split(attn.q(parts[a])), attn.split(attn.k(parts[b])))
+                for a in ("word", "position") for b in ("word", "position")}
+
 
 def build_model(c: ModelConfig) -> Transformer:
     """Check the configuration, then wire the chosen positional variant into the Transformer."""
@@ -247,14 +329,7 @@ def build_model(c: ModelConfig) -> Transformer:
                         f"valid variants: {', '.join(VARIANTS)} (params.yaml: variants)")
     if c.d_model % c.heads:
         raise UserError(f"params.yaml: model.heads ({c.heads}) must divide model.d_model ({c.d_model})")
-    if c.positional == "concat" and not 0 < c.concat_dim < c.d_model:
-        raise UserError(f"params.yaml: model.concat_dim ({c.concat_dim}) must be between 0 and "
-                        f"model.d_model ({c.d_model}), exclusive")
-    sinusoid_width = {"sinusoidal": c.d_model,
-                      "concat": c.concat_dim if c.concat_kind == "sinusoidal" else 0}.get(c.positional, 0)
-    if sinusoid_width % 2:
-        raise UserError(f"params.yaml: a sinusoidal table needs an even width, got {sinusoid_width} "
-                        f"(model.d_model / model.concat_dim)")
+    variants.check(c)
     return Transformer(c, VARIANTS[c.positional](c))
 
 
@@ -266,7 +341,7 @@ def count_parameters(model: nn.Module) -> int:
 def check_lengths(model: Transformer, splits: dict) -> None:
     """Fail, naming the first sentence that does not fit, when a learned position table is too short
     for the sentences it will see ({file: sentences}, each sentence ending in EOS). Sinusoids have
-    no such bound (§3.5); a learned table has model.max_positions rows and nothing beyond them."""
+    no such bound (§3.5); a learned table has positional.<variant>.max_positions rows and nothing beyond them."""
     if model.max_len is None:
         return
     too_long = [(where, i, len(s)) for where, sentences in splits.items()
@@ -275,5 +350,5 @@ def check_lengths(model: Transformer, splits: dict) -> None:
         where, i, n = too_long[0]
         raise UserError(f"{where}: sentence {i + 1} is {n} subwords long (EOS included), more than "
                         f"the learned position table's {model.max_len} rows ({len(too_long)} such "
-                        f"sentences); raise model.max_positions to at least "
+                        f"sentences); raise positional.{model.config.positional}.max_positions to at least "
                         f"{max(t[2] for t in too_long)}")

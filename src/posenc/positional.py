@@ -1,23 +1,32 @@
-"""The positional variants behind one interface (§3.5, Table 3 row (E), and the seed question).
+"""The positional variants behind one interface, acting in two places (README, "The variants").
 
-Every variant splits the first layer's input into a token part and a position part, both d_model
-wide, and returns their sum. For `sinusoidal` and `learned` the two overlap in every dimension; for
-`concat` they occupy separate dimensions (the sum of zero-padded parts *is* the concatenation); for
-`none` the position part is zero. `parts` is what the analysis stage splits attention logits with.
+At the first layer (`Positional`): what is summed into the input. `token_part` widens the token
+embeddings to d_model and `position_part` gives each position a d_model vector, or None. For
+`sinusoidal` and `learned` the two overlap in every dimension (§3.5, Table 3 row (E)); for `concat`
+they occupy separate dimensions (the sum of zero-padded parts *is* the concatenation); `none`,
+`rope`, `alibi` and `relative` add nothing there.
 
-`token_dim` tells `build_model` how wide the shared token table is. A rotary or ALiBi variant would
-need a second hook on the attention scores; there is none until one is asked for.
+Inside every self-attention (`AttentionPositions`, one module per self-attention, made by
+`Positional.self_attention`): `rotate` queries and keys by position (RoPE), and/or a `bias` on the
+logits from query and key positions (ALiBi, Shaw), and Shaw's `values` term. Cross-attention stays
+position-free, as in those papers. Each variant's settings come from params.yaml's
+`positional.<variant>` (posenc.config.POSITIONAL); each module initialises its own parameters.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc.config import ModelConfig
+from posenc.errors import UserError
 
+
+# ---- the first layer ---------------------------------------------------------------------------
 def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
@@ -44,7 +53,8 @@ class SinusoidalTable(nn.Module):
 
 
 class LearnedTable(nn.Module):
-    """One trained vector per position, `max_positions` rows (Table 3 row (E), [9])."""
+    """One trained vector per position, `max_positions` rows (Table 3 row (E), [9]).
+    Initialised N(0, 1/dim), as the token embeddings (§3.4's scale makes both O(1) per entry)."""
 
     def __init__(self, dim: int, max_positions: int):
         super().__init__()
@@ -54,24 +64,32 @@ class LearnedTable(nn.Module):
     def forward(self, positions: Tensor) -> Tensor:
         if int(positions.max()) >= self.max_len:
             raise ValueError(f"position {int(positions.max())} is beyond the learned table's "
-                             f"{self.max_len} rows (model.max_positions)")
+                             f"{self.max_len} rows (positional.*.max_positions)")
         return self.weight[positions]
 
 
 class Positional(nn.Module):
-    """Interface: `token_dim`, `max_len` (None: unbounded), `parts(...)`, and forward = sum of parts."""
+    """Interface: `token_dim` (width of the shared token table), `max_len` (None: unbounded),
+    `token_part`, `position_part`, `self_attention`; forward = token part + position part."""
 
     token_dim: int
     max_len: int | None = None
 
-    def parts(self, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(token part, position part), each (batch, length, d_model), from scaled token embeddings
-        (batch, length, token_dim) and positions (length,)."""
-        raise NotImplementedError
+    def token_part(self, tokens: Tensor) -> Tensor:
+        """Scaled token embeddings (..., token_dim) -> (..., d_model)."""
+        return tokens
+
+    def position_part(self, positions: Tensor) -> Tensor | None:
+        """Positions (L,) -> (L, d_model) vectors summed into the first layer, or None."""
+        return None
+
+    def self_attention(self) -> "AttentionPositions | None":
+        """A fresh position module for one self-attention, or None: that attention is position-free."""
+        return None
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        token_part, position_part = self.parts(tokens, positions)
-        return token_part + position_part
+        x, p = self.token_part(tokens), self.position_part(positions)
+        return x if p is None else x + p.to(x.dtype)
 
 
 class Summed(Positional):
@@ -81,8 +99,8 @@ class Summed(Positional):
         super().__init__()
         self.table, self.token_dim, self.max_len = table, table.dim, table.max_len
 
-    def parts(self, tokens, positions):
-        return tokens, self.table(positions).to(tokens.dtype).expand_as(tokens)
+    def position_part(self, positions):
+        return self.table(positions)
 
 
 class Concatenated(Positional):
@@ -93,30 +111,153 @@ class Concatenated(Positional):
         self.table, self.max_len = table, table.max_len
         self.token_dim = d_model - table.dim
 
-    def parts(self, tokens, positions):
-        pos = self.table(positions).to(tokens.dtype).expand(tokens.shape[0], -1, -1)
-        return F.pad(tokens, (0, self.table.dim)), F.pad(pos, (self.token_dim, 0))
+    def token_part(self, tokens):
+        return F.pad(tokens, (0, self.table.dim))
+
+    def position_part(self, positions):
+        return F.pad(self.table(positions), (self.token_dim, 0))
 
 
-class NoPosition(Positional):
-    """No position signal: the encoder sees a bag of words; only the decoder's causal mask orders."""
+class InAttention(Positional):
+    """Nothing at the first layer; every self-attention gets `make()` (None: `none`, where the
+    encoder sees a bag of words and only the decoder's causal mask orders)."""
 
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, make: Callable[[], "AttentionPositions"] | None = None):
         super().__init__()
-        self.token_dim = d_model
+        self.token_dim, self.make = d_model, make
 
-    def parts(self, tokens, positions):
-        return tokens, torch.zeros_like(tokens)
+    def self_attention(self):
+        return self.make() if self.make else None
 
 
+# ---- inside self-attention ---------------------------------------------------------------------
+class AttentionPositions(nn.Module):
+    """What a variant does inside one self-attention, on (B, heads, L, d_head) queries and keys.
+
+    `rotate` is applied to queries and keys before the logits (keys before they are cached, so
+    cached decoding never rotates twice). `bias` (when `has_bias`) is added to the scaled logits
+    q·k/sqrt(d_head); `values` (when `has_values`) adds to the attention's output a term computed
+    from its weights, so the attention must form them itself instead of calling SDPA's kernel.
+    """
+
+    has_bias = False
+    has_values = False
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x
+
+    def bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        """Added to the scaled logits: broadcastable to (B, heads, Lq, Lk)."""
+        raise NotImplementedError
+
+    def values(self, weights: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        """Added to weights @ v: (B, heads, Lq, d_head)."""
+        raise NotImplementedError
+
+
+class Rotary(AttentionPositions):
+    """RoPE (Su et al. 2021, RoFormer, §3.4.2 eq. 34): each pair of dimensions (2i, 2i+1) of a
+    query or key at position m is rotated by the angle m·θ_i, θ_i = base^(-2i/d), so q_m·k_n depends
+    on the positions through m - n only. The full head dimension, pairs interleaved: the paper's
+    form and Meta's reference (torchtune), rather than x-transformers' half-width rotation; no
+    parameters, so nothing to initialise."""
+
+    def __init__(self, d_head: int, base: float):
+        super().__init__()
+        self.register_buffer("rates", base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head),
+                             persistent=False)
+
+    def rotate(self, x, positions):
+        angles = positions.to(torch.float32)[:, None] * self.rates  # (L, d_head / 2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """Press et al. 2022, §3: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8) for n heads
+    (n a power of two; the paper's own code interpolates other counts, which is not done here)."""
+    return 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float32) / heads)
+
+
+class ALiBi(AttentionPositions):
+    """ALiBi (Press et al. 2022): a fixed per-head penalty -slope·|i - j| on the logits, no
+    position vectors anywhere. The paper is decoder-only, where j <= i; the symmetric |i - j|
+    form (x-transformers, OpenNMT-py, fairseq's data2vec) serves the encoder too and equals the
+    paper's -slope·(i - j) under the decoder's causal mask, so one form serves both. No parameters."""
+
+    has_bias = True
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+
+    def bias(self, q, q_positions, k_positions):
+        distance = (q_positions[:, None] - k_positions[None, :]).abs().to(q.dtype)
+        return -self.slopes.to(q.dtype)[:, None, None] * distance  # (heads, Lq, Lk)
+
+
+class Relative(AttentionPositions):
+    """Relative position representations (Shaw et al. 2018, §3): learned vectors a^K and a^V for
+    each clipped distance clip(j - i, -k, k), added to the keys in the logits (eq. 4) and to the
+    values in the output (eq. 3). Separate key and value tables per layer, shared across heads,
+    as in the paper and tensor2tensor (OpenNMT-py shares one table for both). Each table is
+    initialised N(0, 1/d_head), the scale of a head's projected keys and values."""
+
+    has_bias = has_values = True
+
+    def __init__(self, d_head: int, clip: int):
+        super().__init__()
+        self.clip, self.scale = clip, d_head ** -0.5
+        self.key = nn.Parameter(torch.randn(2 * clip + 1, d_head) * d_head ** -0.5)
+        self.value = nn.Parameter(torch.randn(2 * clip + 1, d_head) * d_head ** -0.5)
+
+    def index(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        return (k_positions[None, :] - q_positions[:, None]).clamp(-self.clip, self.clip) + self.clip
+
+    def bias(self, q, q_positions, k_positions):
+        a = self.key[self.index(q_positions, k_positions)].to(q.dtype)  # (Lq, Lk, d_head)
+        return torch.einsum("bhqd,qkd->bhqk", q, a) * self.scale
+
+    def values(self, weights, q_positions, k_positions):
+        a = self.value[self.index(q_positions, k_positions)].to(weights.dtype)
+        return torch.einsum("bhqk,qkd->bhqd", weights, a)
+
+
+# ---- the registry ------------------------------------------------------------------------------
 def _table(kind: str, dim: int, max_positions: int) -> nn.Module:
     return SinusoidalTable(dim) if kind == "sinusoidal" else LearnedTable(dim, max_positions)
 
 
-# name -> constructor from a ModelConfig
-VARIANTS = {
+# name -> constructor from a ModelConfig whose `position` holds that variant's settings
+VARIANTS: dict[str, Callable[[ModelConfig], Positional]] = {
     "sinusoidal": lambda c: Summed(SinusoidalTable(c.d_model)),
-    "learned": lambda c: Summed(LearnedTable(c.d_model, c.max_positions)),
-    "concat": lambda c: Concatenated(_table(c.concat_kind, c.concat_dim, c.max_positions), c.d_model),
-    "none": lambda c: NoPosition(c.d_model),
+    "learned": lambda c: Summed(LearnedTable(c.d_model, c.position.max_positions)),
+    "concat": lambda c: Concatenated(_table(c.position.kind, c.position.dim, c.position.max_positions),
+                                     c.d_model),
+    "none": lambda c: InAttention(c.d_model),
+    "rope": lambda c: InAttention(c.d_model, lambda: Rotary(c.d_model // c.heads, c.position.base)),
+    "alibi": lambda c: InAttention(c.d_model, lambda: ALiBi(c.heads)),
+    "relative": lambda c: InAttention(c.d_model, lambda: Relative(c.d_model // c.heads, c.position.clip)),
 }
+
+
+def check(c: ModelConfig, where: str = "params.yaml") -> None:
+    """The one-line errors for settings a variant cannot be built with, naming the key."""
+    s, d_head = c.position, c.d_model // c.heads
+    if c.positional == "concat":
+        if not s.dim < c.d_model:
+            raise UserError(f"{where}: positional.concat.dim ({s.dim}) must be below "
+                            f"model.d_model ({c.d_model}): the token part needs a width")
+        if s.kind == "sinusoidal" and s.dim % 2:
+            raise UserError(f"{where}: positional.concat.dim ({s.dim}) must be even for a "
+                            f"sinusoidal table (sin and cos pairs)")
+    if c.positional == "sinusoidal" and c.d_model % 2:
+        raise UserError(f"{where}: model.d_model ({c.d_model}) must be even for the sinusoidal "
+                        f"table (sin and cos pairs)")
+    if c.positional == "rope" and d_head % 2:
+        raise UserError(f"{where}: rope rotates pairs of each head's model.d_model / model.heads "
+                        f"= {d_head} dimensions; choose them so that this is even")
+    if c.positional == "alibi" and c.heads & (c.heads - 1):
+        raise UserError(f"{where}: alibi's slopes are defined here for a power-of-two head count, "
+                        f"not model.heads = {c.heads}; use 1, 2, 4, 8, 16, ...")

@@ -229,6 +229,7 @@ def inputs(params: Path, variant: str, spm: Path, arrays: Path) -> tuple[ModelCo
     cfg = config.load(params, "train", TrainConfig)
     sp = tokens.load_tokenizer(spm)
     model_config = config.load(params, "model", ModelConfig, positional=variant,
+                               position=config.load_positional(params, variant),
                                vocab_size=sp.vocab_size(), pad_id=sp.pad_id(),
                                bos_id=sp.bos_id(), eos_id=sp.eos_id())
     model = build_model(model_config)  # a bad configuration fails here, before any data is read
