@@ -8,7 +8,7 @@ same run with preallocated outputs: every matrix product one training step runs 
 real step, with its shapes and memory layouts), replayed alone; "peak" is their FLOPs over their
 time, and the fastest single shape is printed beside it.
 
-Real part (--arrays): posenc.train.train itself, in this process, for --real-steps updates of the
+Real part (--arrays): posenc.training.train itself, in this process, for --real-steps updates of the
 default profile's params on the prepared data, --real-rounds times; its timings give FLOPs (torch's
 count) and the seconds spent in updates. Run from the project root:
 
@@ -37,7 +37,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from posenc import allocator, train
+from posenc import allocator, config, corpora, tokens, training
 from posenc.config import ModelConfig, SinusoidalSettings
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
@@ -73,7 +73,7 @@ def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
 
 
 def loss_of(model, batch):
-    """The summed label-smoothed loss, as posenc.train computes it."""
+    """The summed label-smoothed loss, as posenc.training computes it."""
     src, tgt_in, tgt_out = batch
     return F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(),
                            label_smoothing=0.1, reduction="sum")
@@ -155,15 +155,22 @@ def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
 
 
 def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
-    """posenc.train.train on the prepared data for `steps` updates of the profile's settings (one
-    checkpoint, no averaging, one dev evaluation at the end); its timings record."""
-    model_config, cfg, corpus = train.inputs(params, "sinusoidal", arrays.parent / "spm.model", arrays)
-    cfg = dataclasses.replace(cfg, max_steps=steps, save_every=steps, dev_every=steps,
-                              average_last=1, threads=threads)
+    """posenc.training.train on the prepared data for `steps` updates of the profile's settings
+    for `sinusoidal` (one checkpoint, no averaging, one dev evaluation at the end); its timings
+    record. The threads are this benchmark's (set in main), not the profile's."""
+    sp = tokens.load_tokenizer(arrays.parent / "spm.model")
+    model_config = config.load(params, "model", ModelConfig, positional="sinusoidal",
+                               position=config.load_positional(params, "sinusoidal"),
+                               vocab_size=sp.vocab_size(), pad_id=sp.pad_id(), bos_id=sp.bos_id(),
+                               eos_id=sp.eos_id())
+    spec = corpora.get(config.load(params, "data", config.DataConfig).corpus)
+    corpus = training.read_corpus(model_config, spec, arrays)
+    cfg = dataclasses.replace(config.load(params, "train", config.TrainConfig), max_steps=steps,
+                              save_every=steps, dev_every=steps, average_last=1, threads=threads)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        train.train(model_config, cfg, 1, corpus, train.Paths(t / "model.pt", t / "train.tsv",
-                                                            t / "dev.tsv", t / "ck", t / "timings.json"))
+        training.train(model_config, cfg, 1, corpus, training.Paths(
+            t / "model.pt", t / "train.tsv", t / "dev.tsv", t / "ck", t / "timings.json"), torch.device("cpu"))
         timings = json.loads((t / "timings.json").read_text())
         rows = (t / "train.tsv").read_text().splitlines()[1:]
     timings["tokens"] = sum(int(r.split("\t")[3]) for r in rows)

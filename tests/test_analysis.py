@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.analysis import (dimension_variance, distance_share, logit_shares, principal_basis,
+from posenc.stages.analyze import (dimension_variance, distance_share, logit_shares, principal_basis,
                              principal_cosines, random_cosines, reorder_words, where_position)
 from posenc.decode import translate
 

@@ -13,7 +13,9 @@ import shutil
 import pytest
 import yaml
 
-from posenc import cli, config, sources
+from pathlib import Path
+
+from posenc import cli, config, runs, sources
 
 from conftest import ROOT
 
@@ -26,13 +28,26 @@ def module_of(stage: dict) -> str:
     return cli.STAGES[name.group(1) or name.group(2)][0]
 
 
-def reads(module: str) -> tuple[set[str], dict[str, type]]:
-    """(top-level keys read with load_list, {section: dataclass} read with load) in the stage's
-    module; a stage that reads its variant's settings (load_positional) reads `positional.<variant>`,
-    which a matrix stage declares as `positional.${item.variant}`."""
-    lists, sections = set(), {}
-    source = (PACKAGE / f"{module.split('.')[1]}.py").read_text(encoding="utf-8")
-    for node in ast.walk(ast.parse(source)):
+def reads(module: str) -> tuple[set[str], dict[str, set[str]], dict[str, set[str]]]:
+    """In the stage's module: (top-level keys read with load_list, {section: the keys `load` can
+    fill from it}, {section: the keys the module reads, as `<name>.<key>`}). `<name>` is what
+    the loaded section is assigned to; a function that it is handed to reads it under the same
+    name, as the stages are written. A stage that reads its variant's settings (load_positional)
+    reads `positional.<variant>`, which a matrix stage declares as `positional.${item.variant}`;
+    the fields that `load` fills from elsewhere (its keyword arguments) are not params."""
+    lists, sections, names = set(), {}, {}
+    source = PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "load" and isinstance(node.value.args[1], ast.Constant)):
+            names[node.targets[0].id] = node.value.args[1].value
+    used = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names:
+            used.setdefault(names[node.value.id], set()).add(node.attr)
+    for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "load_positional"):
             lists.add("positional.${item.variant}")
@@ -44,20 +59,22 @@ def reads(module: str) -> tuple[set[str], dict[str, type]]:
                 lists.add(key.value)
             elif node.func.attr == "load":
                 cls = node.args[2]
-                sections[key.value] = getattr(config, cls.attr if isinstance(cls, ast.Attribute) else cls.id)
-    return lists, sections
+                cls = getattr(config, cls.attr if isinstance(cls, ast.Attribute) else cls.id)
+                fixed = {k.arg for k in node.keywords}
+                sections[key.value] = {f.name for f in dataclasses.fields(cls)} - fixed
+    return lists, sections, {s: used.get(s, set()) & keys for s, keys in sections.items()}
 
 
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_list_a_stage_reads_is_declared(name):
     """report and analyze read `variants` and `seeds`: adding a seed must make them stale."""
-    lists, _ = reads(module_of(STAGES[name]))
+    lists, _, _ = reads(module_of(STAGES[name]))
     assert lists <= set(STAGES[name].get("params", [])), f"{name}: declare {sorted(lists)}"
 
 
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_declared_param_is_a_key_the_stage_reads(name):
-    lists, sections = reads(module_of(STAGES[name]))
+    lists, sections, _ = reads(module_of(STAGES[name]))
     for param in STAGES[name].get("params", []):
         section, _, key = param.partition(".")
         if param in lists:
@@ -66,28 +83,66 @@ def test_every_declared_param_is_a_key_the_stage_reads(name):
             assert section in lists, f"{name}: declares {param} but does not read it"
         else:
             assert section in sections, f"{name}: declares {param} but does not read section {section}"
-            assert key in {f.name for f in dataclasses.fields(sections[section])}, f"{name}: {param}"
+            assert key in sections[section], f"{name}: {param}"
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_every_key_a_stage_reads_is_declared(name):
+    """A stage re-runs when any key it reads changes: `eval.beam` for evaluate, and so on."""
+    _, _, used = reads(module_of(STAGES[name]))
+    declared = set(STAGES[name].get("params", []))
+    missing = sorted(f"{s}.{k}" for s, keys in used.items() for k in keys if f"{s}.{k}" not in declared)
+    assert used, f"{name}: the test found no key the stage reads"
+    assert not missing, f"{name}: declare {missing}"
 
 
 @pytest.mark.parametrize("name", list(STAGES))
 def test_code_deps_are_the_modules_the_stage_runs(name):
-    """fetch, prepare and train list their modules exactly (the import closure, read from the
-    source); the cheaper stages may depend on the whole package."""
+    """Every stage lists its modules exactly: the import closure of its entry point, read from
+    the source. An edit to the report's wording re-runs the report, not beam search."""
     deps = {d for d in STAGES[name]["deps"] if d.startswith("src/")}
     closure = {p.relative_to(ROOT).as_posix() for p in sources.closure(module_of(STAGES[name]), PACKAGE)}
-    assert deps == closure or deps == {"src/posenc"}, (
-        f"{name}: missing {sorted(closure - deps)}, extra {sorted(deps - closure)}")
+    assert deps == closure, f"{name}: missing {sorted(closure - deps)}, extra {sorted(deps - closure)}"
+
+
+def test_no_stage_imports_another_and_every_stage_has_one_home():
+    stage_files = {p for p in (PACKAGE / "stages").glob("*.py") if p.name != "__init__.py"}
+    modules = {f"posenc.stages.{p.stem}" for p in stage_files}
+    assert modules == {m for m, _, _ in cli.STAGES.values()}
+    for module in modules:
+        runs = set(sources.closure(module, PACKAGE)) & stage_files
+        assert runs == {PACKAGE / "stages" / f"{module.rsplit('.', 1)[1]}.py"}, f"{module} imports {runs}"
+    for bench in (ROOT / "benchmarks").glob("*.py"):
+        assert not {n for n in sources.imported(bench, PACKAGE) if n.startswith("posenc.stages")}, bench
+
+
+def test_the_run_layout_in_dvc_yaml_is_the_librarys():
+    item = ("${item.variant}", "${item.seed}")
+    assert runs.model_path(Path("models"), *item).as_posix() in STAGES["train"]["outs"]
+    plots = [next(iter(p)) for p in STAGES["train"]["plots"]]
+    assert runs.dev_log_path(Path("models"), *item).as_posix() in plots
+    hyps = next(iter(STAGES["evaluate"]["outs"][0]))
+    assert runs.hypothesis_path(Path(hyps), "val").parent.as_posix() == f"results/runs/{runs.run_name(*item)}/hyps"
 
 
 def test_the_closure_follows_imports_and_the_digest_covers_every_file(tmp_path):
     shutil.copytree(PACKAGE, tmp_path / "posenc")
-    names = {p.name for p in sources.closure("posenc.train", tmp_path / "posenc")}
+    names = {p.name for p in sources.closure("posenc.stages.train", tmp_path / "posenc")}
     # positional.py only through model.py; sources.py only through checkpoints.py
-    assert {"train.py", "model.py", "positional.py", "checkpoints.py", "sources.py"} <= names
-    assert not names & {"evaluate.py", "report.py", "analysis.py", "cli.py"}
-    before = sources.digest("posenc.train", tmp_path / "posenc")
-    (tmp_path / "posenc/report.py").write_text("# not run by training\n")
-    assert sources.digest("posenc.train", tmp_path / "posenc") == before
+    assert {"train.py", "model.py", "positional.py", "checkpoints.py", "sources.py", "__init__.py"} <= names
+    assert not names & {"evaluate.py", "report.py", "analyze.py", "cli.py"}
+    before = sources.digest("posenc.stages.train", tmp_path / "posenc")
+    (tmp_path / "posenc/stages/report.py").write_text("# not run by training\n")
+    assert sources.digest("posenc.stages.train", tmp_path / "posenc") == before
     with open(tmp_path / "posenc/positional.py", "a") as f:
         f.write("\n")
-    assert sources.digest("posenc.train", tmp_path / "posenc") != before
+    assert sources.digest("posenc.stages.train", tmp_path / "posenc") != before
+
+
+def test_training_declares_every_model_and_train_key():
+    """Every key of the model and train sections fixes the trained bits (build_model reads the
+    model's, the checkpoint fingerprint all of them), so train declares them all."""
+    _, sections, _ = reads(module_of(STAGES["train"]))
+    declared = set(STAGES["train"]["params"])
+    for section in ("model", "train"):
+        assert {f"{section}.{k}" for k in sections[section]} <= declared

@@ -14,7 +14,7 @@ import pytest
 
 from posenc import corpora
 from posenc.errors import UserError
-from posenc.fetch import fetch
+from posenc.stages.fetch import fetch
 
 from conftest import TINY, posenc
 

@@ -14,7 +14,7 @@ from posenc.errors import UserError
 from posenc.model import AttentionCache, build_model, count_parameters
 from posenc.config import AlibiSettings, ConcatSettings, RopeSettings
 from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
-from posenc.train import lr_at
+from posenc.training import lr_at
 
 from conftest import SMALL, model_of
 

@@ -1,13 +1,15 @@
 """The exact reproduction check: the whole DVC pipeline on the tiny profile, twice.
 
 A copy of the project in a temporary git repository runs the pipeline as `make repro` schedules it
-(fetch, prepare, four trainings two at a time, four evaluations, report, analyze); a `dvc repro`
+(fetch, prepare, seven trainings two at a time, seven evaluations, report, analyze); a `dvc repro`
 must then do nothing; `dvc repro -f`, one stage at a time, must give the same dvc.lock (every
-output hash) and `dvc metrics diff` must show no change.
+output hash) and `dvc metrics diff` must show no change; a change to one variant's settings makes
+that variant's training stale and nothing else.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,9 +49,11 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     sh("make", "--no-print-directory", "pipeline", cwd=work)  # make repro, without creating .venv
     lock = (work / "dvc.lock").read_text()
     stages = yaml.safe_load(lock)["stages"]
-    assert {"fetch", "prepare", "report", "analyze", "train@concat-1", "evaluate@none-1"} <= set(stages)
+    variants = ("sinusoidal", "learned", "concat", "none", "rope", "alibi", "relative")
+    assert {"fetch", "prepare", "report", "analyze"} | {f"{s}@{v}-1" for s in ("train", "evaluate")
+                                                       for v in variants} == set(stages)
     table = (work / "results/table.md").read_text()
-    assert all(f"| {v} |" in table for v in ("sinusoidal", "learned", "concat", "none"))
+    assert all(f"| {v} |" in table for v in variants)
     assert "data/raw/multi30k" in table  # the data hash from dvc.lock is in the provenance
     for png in ("figures/learning_curves.png", "figures/bleu_by_length.png",
                 "analysis_figures/logit_terms.png"):
@@ -66,3 +70,9 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert (work / "results/table.md").read_text() == table
     assert sh("dvc", "metrics", "diff", cwd=work).strip() in ("", "No changes.")
     assert sh("git", "status", "--porcelain", cwd=work).strip() == ""
+
+    # A variant's own setting makes that variant's training stale, and no other stage
+    params = (work / "params.yaml").read_text()
+    (work / "params.yaml").write_text(params.replace("    dim: 8 ", "    dim: 4 ", 1))
+    assert (work / "params.yaml").read_text() != params
+    assert set(json.loads(sh("dvc", "status", "--json", cwd=work))) == {"train@concat-1"}

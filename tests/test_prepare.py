@@ -5,7 +5,7 @@ import numpy as np
 import sentencepiece as spm
 
 from posenc import tokens
-from posenc.prepare import BOS, EOS, PAD, keep_pair
+from posenc.stages.prepare import BOS, EOS, PAD, keep_pair
 
 from conftest import posenc
 

@@ -8,7 +8,7 @@ import pytest
 
 from posenc import corpora
 from posenc.readme import sync
-from posenc.report import markdown, paired_bootstrap, summarize, table_rows
+from posenc.stages.report import markdown, paired_bootstrap, summarize, table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(60)]

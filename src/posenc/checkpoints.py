@@ -25,11 +25,6 @@ from posenc.model import build_model
 STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows"}
 
 
-def run_name(variant: str, seed: int) -> str:
-    """`<variant>-<seed>`: how dvc.yaml's train and evaluate matrices name a run's directories."""
-    return f"{variant}-{seed}"
-
-
 def fingerprint(settings: list, data: str, code_module: str) -> dict[str, str]:
     """What must match for a checkpoint to be resumed, part by part, so a mismatch can say which."""
     return {"settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest(),
@@ -147,7 +142,7 @@ def load_model(path: Path, device: torch.device | str = "cpu"):
     except UserError:
         raise
     except Exception as e:  # truncated, or not a model of this code: the same fix either way
-        # The model's directory is named by run_name, as the train stage that writes it.
+        # The model's directory is named by runs.run_name, as the train stage that writes it.
         raise UserError(f"{path}: not a readable posenc model ({type(e).__name__}); train it again "
                         f"with `dvc repro -f train@{path.parent.name}`") from None
     return model.to(device).eval()

@@ -13,30 +13,30 @@ from posenc.errors import UserError
 
 # stage -> (module, {option: help})
 STAGES = {
-    "fetch": ("posenc.fetch", "get the corpus from the mirror or the official source", {
+    "fetch": ("posenc.stages.fetch", "get the corpus from the mirror or the official source", {
         "--out": "directory for <split>.en / <split>.de"}),
-    "prepare": ("posenc.prepare", "train the joint SentencePiece model and encode every split", {
+    "prepare": ("posenc.stages.prepare", "train the joint SentencePiece model and encode every split", {
         "--raw": "directory written by fetch", "--spm": "SentencePiece model to write",
         "--arrays": "directory for the encoded splits", "--stats": "stats JSON to write"}),
-    "train": ("posenc.train", "train one variant with one seed (also under torchrun)", {
+    "train": ("posenc.stages.train", "train one variant with one seed (also under torchrun)", {
         "--variant": "positional variant", "--seed": "random seed (int)",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",
         "--model": "averaged model to write", "--train-log": "per-update TSV to write",
         "--dev-log": "dev loss TSV to write", "--checkpoints": "working directory for checkpoints",
         "--timings": "untracked JSON of wall-clock figures"}),
-    "evaluate": ("posenc.evaluate", "translate and score the dev and test sets with one model", {
+    "evaluate": ("posenc.stages.evaluate", "translate and score the dev and test sets with one model", {
         "--seed": "the seed the model was trained with (int)", "--model": "averaged model",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",
         "--raw": "directory with the untouched references", "--metrics": "metrics JSON to write",
         "--hyps": "directory for the hypothesis files"}),
-    "report": ("posenc.report", "the Table 3 table, significance, provenance and figures", {
+    "report": ("posenc.stages.report", "the Table 3 table, significance, provenance and figures", {
         "--runs": "directory of per-run results (metrics.json, hyps/)",
         "--models": "directory of trained models (their dev logs)", "--raw": "references",
         "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
         "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
         "--table-csv": "CSV table to write", "--by-length-csv": "BLEU by source length, CSV to write",
         "--figures": "directory for the PNG figures"}),
-    "analyze": ("posenc.analysis", "measure the conjectures of the sum-versus-concat debate", {
+    "analyze": ("posenc.stages.analyze", "measure the conjectures of the sum-versus-concat debate", {
         "--models": "directory of trained models", "--spm": "SentencePiece model",
         "--arrays": "encoded splits", "--raw": "references", "--json": "analysis JSON to write",
         "--md": "analysis Markdown to write", "--figures": "directory for the PNG figures"}),

@@ -36,6 +36,9 @@ def closure(module: str, package_dir: Path = HERE) -> list[Path]:
         if name not in seen:
             seen.add(name)
             todo.extend(imported(_file(name, package_dir), package_dir) - seen)
+            # importing posenc.stages.train runs posenc/__init__.py and posenc/stages/__init__.py
+            parts = name.split(".")
+            todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
     return sorted(_file(n, package_dir) for n in seen)
 
 
@@ -48,5 +51,6 @@ def digest(module: str, package_dir: Path = HERE) -> str:
 
 
 def _file(module: str, package_dir: Path) -> Path:
-    parts = module.split(".")[1:]
-    return package_dir.joinpath(*parts).with_suffix(".py") if parts else package_dir / "__init__.py"
+    """posenc.x -> x.py; a package (posenc, posenc.stages) -> its __init__.py."""
+    path = package_dir.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")

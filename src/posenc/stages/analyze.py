@@ -23,12 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posenc import config, corpora, files, tokens
+from posenc import config, corpora, files, runtime, tokens
 from posenc.batching import pad
+from posenc.checkpoints import load_model
 from posenc.corpora import SRC
 from posenc.decode import translate
-from posenc.evaluate import read_references, score
 from posenc.figures import pyplot, save_png
+from posenc.runs import model_path
+from posenc.scoring import read_references, score
 
 TERMS = ("word-word", "word-position", "position-word", "position-position")
 
@@ -81,7 +83,7 @@ def subspace_angles(token_matrix: np.ndarray, position_table: np.ndarray, share:
 def first_layer_batches(model, sentences: list[np.ndarray], batch_size: int = 64):
     """(padded source ids, (B, S, S) mask of pairs of real tokens) for each batch of sentences."""
     for start in range(0, len(sentences), batch_size):
-        src = pad(sentences[start:start + batch_size], model.config.pad_id)
+        src = pad(sentences[start:start + batch_size], model.config.pad_id).to(model.embed.weight.device)
         real = src != model.config.pad_id
         yield src, real[:, :, None] & real[:, None, :]
 
@@ -95,7 +97,7 @@ def logit_shares(model, sentences: list[np.ndarray]) -> dict:
     for src, pairs in first_layer_batches(model, sentences):
         terms = model.first_layer_terms(src)
         for i, name in enumerate(TERMS):
-            values = terms[name].double().transpose(0, 1)[:, pairs]  # (heads, pairs)
+            values = terms[name].double().transpose(0, 1)[:, pairs].cpu()  # (heads, pairs)
             stats[i] += torch.stack((torch.full((heads,), float(values.shape[1]), dtype=torch.float64),
                                      values.sum(1), (values ** 2).sum(1)), dim=1)
     count, total, squares = stats.unbind(-1)
@@ -117,9 +119,10 @@ def distance_share(model, sentences: list[np.ndarray]) -> dict:
     sums = torch.zeros(heads, 2 * span - 1, dtype=torch.float64)
     squares = torch.zeros(heads, dtype=torch.float64)
     for src, pairs in first_layer_batches(model, sentences):
-        positions = torch.arange(src.shape[1])
+        positions = torch.arange(src.shape[1], device=src.device)
         distance = (positions[None, :] - positions[:, None] + span - 1).expand_as(pairs)[pairs]
-        values = model.first_layer_logits(src).double().transpose(0, 1)[:, pairs]  # (heads, pairs)
+        values = model.first_layer_logits(src).double().transpose(0, 1)[:, pairs].cpu()  # (heads, pairs)
+        distance = distance.cpu()
         count.index_add_(0, distance, torch.ones_like(distance, dtype=torch.float64))
         sums.index_add_(1, distance, values)
         squares += (values ** 2).sum(1)
@@ -132,7 +135,7 @@ def distance_share(model, sentences: list[np.ndarray]) -> dict:
 
 def where_position(model) -> str:
     """Where the variant puts position, as the model is built (not as its name says)."""
-    if model.positional.position_part(torch.arange(1)) is not None:
+    if model.positional.position_part(torch.arange(1, device=model.embed.weight.device)) is not None:
         return "first layer"
     if model.encoder[0].attn.position is not None:
         return "self-attention"
@@ -160,7 +163,7 @@ def word_order_bleu(model, sp, sources: list[str], references: list[str], seed: 
     for how in ("original", "shuffled", "reversed"):
         ids = [np.array(s + [model.config.eos_id]) for s in sp.encode(reorder_words(sources, how, seed))]
         out = translate(model, ids, eval_cfg.beam, eval_cfg.lenpen, eval_cfg.max_len_extra,
-                        eval_cfg.batch_tokens, desc=f"{model.config.positional} {how}")
+                        eval_cfg.batch_tokens, model.embed.weight.device, desc=f"{model.config.positional} {how}")
         result[how] = score([sp.decode(o) for o in out], references)["bleu"]
     return result
 
@@ -182,12 +185,13 @@ def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
         out["where_position"][name] = where_position(model)
         # A learned table has max_len rows: the long range stops there ("positions" says so).
         rows = {n: min(n, model.max_len or n) for n in (longest, cfg.long_positions)}
-        parts = {n: model.positional.position_part(torch.arange(r)) for n, r in rows.items()}
+        device = model.embed.weight.device
+        parts = {n: model.positional.position_part(torch.arange(r, device=device)) for n, r in rows.items()}
         if parts[longest] is not None:
-            tables = {f"L{n}": p.detach().numpy() for n, p in parts.items()}
+            tables = {f"L{n}": p.detach().cpu().numpy() for n, p in parts.items()}
             out["position_variance"][name] = {k: dimension_variance(t, cfg.variance_shares)
                                               for k, t in tables.items()}
-            embeddings = model.positional.token_part(model.embed.weight.detach() * model.scale).numpy()
+            embeddings = model.positional.token_part(model.embed.weight.detach() * model.scale).cpu().numpy()
             embeddings = np.delete(embeddings, model.config.pad_id, axis=0)
             out["subspace_angles"][name] = subspace_angles(
                 embeddings, tables[f"L{longest}"], cfg.subspace_share, cfg.random_trials, cfg.seed)
@@ -297,20 +301,14 @@ def plot(a: dict, figures: Path) -> None:
 
 
 def run(args) -> None:
-    from posenc import allocator
-    from posenc.checkpoints import load_model, run_name
-
-    allocator.tune()
-
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "analyze", config.AnalyzeConfig)
     eval_cfg = config.load(args.params, "eval", config.EvalConfig)
     variants = config.load_list(args.params, "variants", str)
     seed = config.load_list(args.params, "seeds", config.NonNegative)[0]
-    torch.set_num_threads(eval_cfg.threads)
-    torch.use_deterministic_algorithms(True)
-    # Model directories are named <variant>-<seed> by dvc.yaml's matrix; the first seed is analysed.
-    models = {v: load_model(Path(args.models) / run_name(v, seed) / "model.pt") for v in variants}
+    device = runtime.setup(eval_cfg.threads)
+    # The first seed's models are analysed.
+    models = {v: load_model(model_path(Path(args.models), v, seed), device) for v in variants}
     sp = tokens.load_tokenizer(Path(args.spm))
     result = analyze(models, sp, corpora.get(data.corpus), Path(args.arrays), Path(args.raw), cfg, eval_cfg)
     plot(result, Path(args.figures))

@@ -10,36 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import sentencepiece as spm
-from sacrebleu.metrics import BLEU, CHRF
 
-from posenc import files, tokens
+from posenc import config, corpora, files, runtime, tokens
+from posenc.checkpoints import load_model
 from posenc.config import EvalConfig
 from posenc.corpora import SRC, TGT, Corpus
 from posenc.decode import translate
-from posenc.errors import UserError
 from posenc.model import check_lengths, count_parameters
-from posenc.scoring import corpus_nll, perplexity
-
-
-def hypothesis_path(hyps_dir: Path, split: str) -> Path:
-    return Path(hyps_dir) / f"{split}.{TGT}"
-
-
-def read_references(raw_dir: Path, split: str, count: int | None = None) -> list[str]:
-    """The untouched references; the first `count` of them when only those were translated."""
-    path = Path(raw_dir) / f"{split}.{TGT}"
-    if not path.is_file():
-        raise UserError(f"{path}: missing; run `dvc repro fetch` first")
-    return files.read_lines(path)[:count]
-
-
-def score(hypotheses: list[str], references: list[str]) -> dict:
-    """sacreBLEU's BLEU (13a tokenization, cased) and chrF, with their signatures."""
-    bleu, chrf = BLEU(), CHRF()
-    return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
-            "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
-            "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature())}
+from posenc.runs import hypothesis_path
+from posenc.scoring import corpus_nll, perplexity, read_references, score
 
 
 def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,
@@ -69,19 +48,9 @@ def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path
 
 
 def run(args) -> None:
-    import torch
-
-    from posenc import config, corpora
-    from posenc import allocator
-    from posenc.checkpoints import load_model
-
-    allocator.tune()
-
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "eval", EvalConfig)
-    torch.set_num_threads(cfg.threads)
-    torch.use_deterministic_algorithms(True)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = runtime.setup(cfg.threads)
     model = load_model(Path(args.model), device)
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)

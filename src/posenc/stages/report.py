@@ -20,11 +20,11 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from posenc import config, corpora, files
-from posenc.checkpoints import run_name
 from posenc.corpora import SRC
 from posenc.errors import UserError
-from posenc.evaluate import hypothesis_path, read_references
 from posenc.figures import pyplot, save_png
+from posenc.runs import dev_log_path, hypothesis_path, run_name
+from posenc.scoring import read_references
 
 # Vaswani et al. 2017, Table 3: the base model and row (E), newstest2013 (WMT14 en-de dev).
 PAPER_ROWS = [
@@ -262,9 +262,9 @@ def run(args) -> None:
     sig = significance(runs, corpus, raw, cfg.baseline, cfg.bootstrap_samples, cfg.bootstrap_seed)
     prov = provenance(runs, Path(args.lock))
     by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets)
-    # Dev logs live beside each model, in directories named by dvc.yaml's matrix (run_name).
-    names = [run_name(r["variant"], r["seed"]) for r in runs]
-    curves = {name: read_dev_log(Path(args.models) / name / "dev_log.tsv") for name in names}
+    # Dev logs live beside each model (posenc.runs).
+    curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.models), r["variant"], r["seed"]))
+              for r in runs}
     figures = Path(args.figures)
     plot_learning_curves(curves, figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")

@@ -1,4 +1,5 @@
-"""Stage `train`: the paper's training recipe (§5) for one positional variant and one seed.
+"""The paper's training recipe (§5) for one positional variant and one seed: the loop that the
+train stage runs (posenc.stages.train) and the throughput benchmark times.
 
 Adam (0.9, 0.98, 1e-9) with the warmup-then-inverse-square-root schedule (§5.3), label smoothing
 (§5.4), token-count batches with gradient accumulation (§5.1), a fixed number of updates, and the
@@ -27,9 +28,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from posenc import allocator, checkpoints, files, tokens
+from posenc import checkpoints, files, tokens
 from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, TrainConfig, checkpoint_steps
+from posenc.corpora import Corpus as CorpusSpec
 from posenc.errors import UserError
 from posenc.flops import FlopMeter
 from posenc.model import build_model, check_lengths, count_parameters
@@ -62,25 +64,31 @@ class Corpus:
     fingerprint: str     # of the arrays read: a checkpoint of other data is never resumed
 
 
-def load_corpus(arrays: Path, dev: str, loaded: dict[Path, list[np.ndarray]]) -> Corpus:
-    """Training and dev sides out of `loaded` ({array file: sentences}, every split read once)."""
-    sides = {}
-    digest = hashlib.sha256()
-    for split in ("train", dev):
+def read_corpus(model_config: ModelConfig, spec: CorpusSpec, arrays: Path) -> Corpus:
+    """The training and dev sides of the prepared arrays, checked for this model first: a bad
+    configuration fails before any data is read, and a sentence of any split (training or
+    evaluation) longer than a learned position table fails now, not at the first dev evaluation
+    or after minutes of decoding."""
+    model = build_model(model_config)
+    loaded = {path: tokens.load(path, model_config.eos_id) for path in (
+        tokens.array_path(arrays, split.name, lang) for split in spec.splits for lang in ("en", "de"))}
+    check_lengths(model, loaded)
+    sides, digest = {}, hashlib.sha256()
+    for split in ("train", spec.dev):
         for lang in ("en", "de"):
             path = tokens.array_path(arrays, split, lang)
             sides[split, lang] = loaded[path]
             digest.update(files.sha256(path).encode())
-    return Corpus(sides["train", "en"], sides["train", "de"], sides[dev, "en"], sides[dev, "de"],
-                  digest.hexdigest())
+    return Corpus(sides["train", "en"], sides["train", "de"], sides[spec.dev, "en"],
+                  sides[spec.dev, "de"], digest.hexdigest())
 
 
-def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus, paths: Paths) -> dict:
-    """Train, average, write the outputs; return a summary. Runs as one process or under torchrun."""
-    rank, world, device = _setup_distributed()
+def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus, paths: Paths,
+          device: torch.device) -> dict:
+    """Train, average, write the outputs; return a summary. Runs as one process or under torchrun,
+    on `device` (posenc.runtime.setup, which fixes the threads and deterministic algorithms)."""
+    rank, world = _setup_distributed(device)
     torch.manual_seed(seed)
-    torch.set_num_threads(cfg.threads)
-    torch.use_deterministic_algorithms(True)
     model = build_model(model_config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=cfg.adam_betas, eps=cfg.adam_eps)
     fingerprint = checkpoints.fingerprint(
@@ -206,50 +214,9 @@ def _resume(directory: Path, fingerprint: dict, window: list[int], model, optimi
     return state
 
 
-def _setup_distributed() -> tuple[int, int, torch.device]:
-    """(rank, world size, device): one process, or one of torchrun's (gloo on CPU, nccl on GPU)."""
-    cuda = torch.cuda.is_available()
-    if cuda:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+def _setup_distributed(device: torch.device) -> tuple[int, int]:
+    """(rank, world size): one process, or one of torchrun's (gloo on CPU, nccl on GPU)."""
     if "WORLD_SIZE" not in os.environ:
-        return 0, 1, torch.device("cuda" if cuda else "cpu")
-    dist.init_process_group("nccl" if cuda else "gloo")
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def inputs(params: Path, variant: str, spm: Path, arrays: Path) -> tuple[ModelConfig, TrainConfig, Corpus]:
-    """The settings and the data of one training run, checked before any update."""
-    from posenc import config, corpora
-
-    data = config.load(params, "data", config.DataConfig)
-    cfg = config.load(params, "train", TrainConfig)
-    sp = tokens.load_tokenizer(spm)
-    model_config = config.load(params, "model", ModelConfig, positional=variant,
-                               position=config.load_positional(params, variant),
-                               vocab_size=sp.vocab_size(), pad_id=sp.pad_id(),
-                               bos_id=sp.bos_id(), eos_id=sp.eos_id())
-    model = build_model(model_config)  # a bad configuration fails here, before any data is read
-    spec = corpora.get(data.corpus)
-    # Every split this model will read, in training and in evaluation, fits a learned table: fail
-    # now, not at the first dev evaluation or after minutes of decoding.
-    loaded = {path: tokens.load(path, sp.eos_id()) for path in (
-        tokens.array_path(arrays, split.name, lang) for split in spec.splits for lang in ("en", "de"))}
-    check_lengths(model, loaded)
-    return model_config, cfg, load_corpus(arrays, spec.dev, loaded)
-
-
-def run(args) -> None:
-    allocator.tune()
-    if args.seed < 0:
-        raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
-    model_config, cfg, corpus = inputs(Path(args.params), args.variant, Path(args.spm), Path(args.arrays))
-    paths = Paths(Path(args.model), Path(args.train_log), Path(args.dev_log),
-                  Path(args.checkpoints), Path(args.timings))
-    s = train(model_config, cfg, args.seed, corpus, paths)
-    if s["dev_ppl"] is not None:
-        print(f"train: {s['variant']} seed {s['seed']}: {s['steps']} updates, "
-              f"{s['parameters']:,} parameters, dev perplexity {s['dev_ppl']:.3f} -> {args.model}")
+        return 0, 1
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size()

@@ -1,0 +1,39 @@
+"""Stage `train`: one positional variant with one seed, by the paper's recipe (posenc.training).
+
+Reads the data, model, positional.<variant> and train sections; the loop itself, its
+checkpoints, resume and averaging are the library's. Under torchrun it trains with
+DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posenc import config, corpora, runtime, tokens
+from posenc.config import ModelConfig, TrainConfig
+from posenc.errors import UserError
+from posenc.training import Corpus, Paths, read_corpus, train
+
+
+def inputs(params: Path, variant: str, spm: Path, arrays: Path) -> tuple[ModelConfig, TrainConfig, Corpus]:
+    """The settings and the data of one training run, checked before any update."""
+    data = config.load(params, "data", config.DataConfig)
+    cfg = config.load(params, "train", TrainConfig)
+    sp = tokens.load_tokenizer(spm)
+    model_config = config.load(params, "model", ModelConfig, positional=variant,
+                               position=config.load_positional(params, variant),
+                               vocab_size=sp.vocab_size(), pad_id=sp.pad_id(),
+                               bos_id=sp.bos_id(), eos_id=sp.eos_id())
+    return model_config, cfg, read_corpus(model_config, corpora.get(data.corpus), arrays)
+
+
+def run(args) -> None:
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
+    model_config, cfg, corpus = inputs(Path(args.params), args.variant, Path(args.spm), Path(args.arrays))
+    paths = Paths(Path(args.model), Path(args.train_log), Path(args.dev_log),
+                  Path(args.checkpoints), Path(args.timings))
+    s = train(model_config, cfg, args.seed, corpus, paths, runtime.setup(cfg.threads))
+    if s["dev_ppl"] is not None:
+        print(f"train: {s['variant']} seed {s['seed']}: {s['steps']} updates, "
+              f"{s['parameters']:,} parameters, dev perplexity {s['dev_ppl']:.3f} -> {args.model}")
