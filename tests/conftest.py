@@ -73,6 +73,17 @@ def tiny_data(tmp_path_factory, mirror) -> Path:
     return work
 
 
+@pytest.fixture(scope="session")
+def tiny_model(tiny_data) -> Path:
+    """A model of the tiny profile (sinusoidal, seed 1), trained once: tiny_data/evalm/model.pt."""
+    r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt",
+               "--train-log", "evalm/train_log.tsv", "--dev-log", "evalm/dev_log.tsv",
+               "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json", cwd=tiny_data)
+    assert r.returncode == 0, r.stderr
+    return tiny_data / "evalm/model.pt"
+
+
 @pytest.fixture
 def copy_mirror(tmp_path, mirror) -> Path:
     """A writable copy of the mirror's Multi30k part, to damage in bad-input tests."""

@@ -22,14 +22,9 @@ def evaluate(work: Path, model: str):
                   "--metrics", "out/metrics.json", "--hyps", "out/hyps", cwd=work)
 
 
-@pytest.fixture(scope="module")
-def trained(tiny_data) -> Path:
-    r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--spm", "data/prepared/spm.model",
-               "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt",
-               "--train-log", "evalm/train_log.tsv", "--dev-log", "evalm/dev_log.tsv",
-               "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json", cwd=tiny_data)
-    assert r.returncode == 0, r.stderr
-    return tiny_data / "evalm/model.pt"
+@pytest.fixture
+def trained(tiny_model) -> Path:
+    return tiny_model
 
 
 def test_a_truncated_model_names_the_file_and_the_stage_that_makes_it(tiny_data, trained):
@@ -44,7 +39,8 @@ def test_a_truncated_model_names_the_file_and_the_stage_that_makes_it(tiny_data,
 
 def test_a_missing_model_says_how_to_make_it(tiny_data):
     line = error_line(evaluate(tiny_data, "models/none-9/model.pt"), "evaluate")
-    assert "models/none-9/model.pt: missing; run `dvc repro` to train it" in line
+    assert ("models/none-9/model.pt: missing; `dvc pull models/none-9/model.pt` fetches it from "
+            "the project's DVC remote, `dvc repro train@none-9` trains it") in line
 
 
 def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, trained):

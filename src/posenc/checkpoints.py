@@ -134,7 +134,8 @@ def load_model(path: Path, device: torch.device | str = "cpu"):
     """Rebuild a model from the config saved beside its weights, in eval mode."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: missing; run `dvc repro` to train it")
+        raise UserError(f"{path}: missing; `dvc pull {path}` fetches it from the project's DVC "
+                        f"remote, `dvc repro train@{path.parent.name}` trains it")
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
         model = build_model(ModelConfig.from_dict(saved["config"]))

@@ -42,6 +42,8 @@ STAGES = {
         "--md": "analysis Markdown to write", "--figures": "directory for the PNG figures"}),
 }
 INTS = {"--seed"}
+# commands that are not DVC stages: they write nothing the pipeline reads
+TOOLS = {"translate": "posenc.stages.translate", "readme": "posenc.readme"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,6 +54,18 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
         for option, option_help in options.items():
             s.add_argument(option, required=True, help=option_help, type=int if option in INTS else str)
+    t = sub.add_parser("translate", help="translate English lines to German with a trained model",
+                       description="Translate English lines (stdin or -i) to German (stdout or -o), "
+                       "one line out per line in, decoded as the evaluate stage decodes.")
+    t.add_argument("--model", required=True, help="a trained model, e.g. models/sinusoidal-1/model.pt")
+    t.add_argument("--spm", help="SentencePiece model (default: the one dvc.lock records for --model)")
+    t.add_argument("-i", "--input", help="file of English lines (default: stdin)")
+    t.add_argument("-o", "--output", help="file for the German lines (default: stdout)")
+    t.add_argument("--beam", type=int, help="beam size (default: eval.beam of --params)")
+    t.add_argument("--lenpen", type=float, help="length penalty alpha (default: eval.lenpen)")
+    t.add_argument("--batch-tokens", type=int, help="source tokens per batch (default: eval.batch_tokens)")
+    t.add_argument("--params", default="params.yaml", help="params file for the defaults (default params.yaml)")
+    t.add_argument("--lock", default="dvc.lock", help="dvc.lock, to find --model's SentencePiece model")
     r = sub.add_parser("readme", help="copy the generated result blocks into README.md")
     r.add_argument("--readme", default="README.md")
     r.add_argument("--check", action="store_true", help="fail if README.md is out of date")
@@ -60,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    module = "posenc.readme" if args.stage == "readme" else STAGES[args.stage][0]
+    module = TOOLS.get(args.stage) or STAGES[args.stage][0]
     try:
         return importlib.import_module(module).run(args) or 0
     except UserError as e:

@@ -86,11 +86,11 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
 
 def translate(model, sentences: list[np.ndarray], beam: int, lenpen: float, max_len_extra: int,
               batch_tokens: int, device: torch.device | str = "cpu", desc: str = "translate",
-              use_cache: bool = True) -> list[list[int]]:
+              use_cache: bool = True, progress: bool = True) -> list[list[int]]:
     """Decode every source sentence (ids ending in EOS); outputs in input order, without EOS."""
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     out: list[list[int]] = [[] for _ in sentences]
-    bar = tqdm(total=len(sentences), desc=desc, unit=" sent", mininterval=2)
+    bar = tqdm(total=len(sentences), desc=desc, unit=" sent", mininterval=2, disable=not progress)
     start = 0
     while start < len(order):
         end = start + 1  # sorted by length: the last sentence of a batch is its longest

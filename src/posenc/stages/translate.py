@@ -1,0 +1,83 @@
+"""`posenc translate`: English lines in, German lines out, with one trained model.
+
+As `fairseq-interactive` or `onmt_translate` do: lines from stdin (or `-i FILE`) to stdout (or
+`-o FILE`), one output line per input line. Decoding is the evaluate stage's own (beam search,
+length penalty, batches by tokens, SentencePiece decoded back to text), with its params as the
+defaults, so a line gets exactly the hypothesis that evaluation scored for it. The SentencePiece
+model is the one the run was trained with, as dvc.lock records it, unless `--spm` names one.
+Not a DVC stage: it writes nothing the pipeline reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from posenc import config, files, runtime, tokens
+from posenc.checkpoints import load_model
+from posenc.decode import translate
+from posenc.errors import UserError
+
+
+def trained_with(model: Path, lock: Path) -> Path:
+    """The SentencePiece model that dvc.lock records as a dependency of the stage that wrote
+    `model` (paths relative to the project root, where dvc.lock is)."""
+    if not lock.is_file():
+        raise UserError(f"{lock}: missing, so the SentencePiece model of {model} is unknown; "
+                        f"pass --spm (e.g. --spm data/prepared/spm.model)")
+    root = lock.resolve().parent
+    try:
+        wanted = model.resolve().relative_to(root).as_posix()
+    except ValueError:
+        wanted = None
+    for stage in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
+        if any(out.get("path") == wanted for out in stage.get("outs", [])):
+            for dep in stage.get("deps", []):
+                if dep["path"].endswith(".model"):
+                    return root / dep["path"]
+    raise UserError(f"{lock}: no stage writes {model}, so its SentencePiece model is unknown; "
+                    f"pass --spm (e.g. --spm data/prepared/spm.model)")
+
+
+def run(args) -> None:
+    cfg = config.load(args.params, "eval", config.EvalConfig)
+    given = {"beam": args.beam, "lenpen": args.lenpen, "batch_tokens": args.batch_tokens}
+    for key, value in given.items():  # the options replace the evaluate stage's params
+        if value is not None and value < (0 if key == "lenpen" else 1):
+            raise UserError(f"--{key.replace('_', '-')} {value}: must be >= {0 if key == 'lenpen' else 1}")
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
+    device = runtime.setup(cfg.threads)
+    model_file = Path(args.model)
+    model = load_model(model_file, device)
+    sp = tokens.load_tokenizer(Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock)))
+    if args.input:
+        if not Path(args.input).is_file():
+            raise UserError(f"{args.input}: no such file; give a file of English lines, one sentence each")
+        lines = files.read_lines(args.input)
+    else:
+        lines = files.split_lines(sys.stdin.read())
+    # Empty lines are not decoded (the model would invent a sentence) but keep their place.
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    eos = model.config.eos_id
+    sources = [np.array(ids + [eos]) for ids in sp.encode([lines[i] for i in todo])]
+    where = args.input or "stdin"
+    too_long = [(i, len(s)) for i, s in zip(todo, sources) if model.max_len and len(s) > model.max_len]
+    if too_long:
+        line, n = too_long[0]
+        raise UserError(f"{where}: line {line + 1} is {n} subwords long (EOS included), more than the "
+                        f"{model.max_len} positions of {model_file}'s learned table; split the line")
+    out = translate(model, sources, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens, device,
+                    desc=f"translate {where}", progress=bool(args.input))
+    german = [""] * len(lines)
+    for i, ids in zip(todo, out):
+        german[i] = sp.decode(ids)
+    if args.output:
+        files.write_lines(args.output, german)
+        print(f"translate: {len(todo)} lines ({len(lines) - len(todo)} empty) -> {args.output}",
+              file=sys.stderr)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in german))

@@ -1,0 +1,83 @@
+"""`posenc translate` as a user runs it: the evaluate stage's hypotheses, line for line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import MIRROR, error_line, posenc
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_data, tiny_model) -> Path:
+    """The hypotheses that `evaluate` wrote for the tiny model (the first 100 lines of each split)."""
+    r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
+               "--metrics", "evalm/metrics.json", "--hyps", "evalm/hyps", cwd=tiny_data)
+    assert r.returncode == 0, r.stderr
+    return tiny_data / "evalm/hyps"
+
+
+def translate(work: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "posenc", "translate", *args], cwd=work, input=stdin,
+                          capture_output=True, text=True, env={"POSENC_DATA_MIRROR": str(MIRROR),
+                                                               "PATH": "/usr/bin:/bin"})
+
+
+def test_a_file_translates_to_exactly_the_hypotheses_evaluate_scored(tiny_data, evaluated):
+    sources = (tiny_data / "data/raw/multi30k/val.en").read_text().splitlines()[:100]
+    (tiny_data / "val100.en").write_text("".join(s + "\n" for s in sources))
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+                  "-i", "val100.en", "-o", "translated/val100.de")
+    assert r.returncode == 0, r.stderr
+    assert (tiny_data / "translated/val100.de").read_text() == (evaluated / "val.de").read_text()
+    assert "translate: 100 lines (0 empty) -> translated/val100.de" in r.stderr
+
+
+def test_stdin_to_stdout_keeps_empty_lines_in_place(tiny_data, evaluated):
+    sources = (tiny_data / "data/raw/multi30k/val.en").read_text().splitlines()[:2]
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+                  stdin=f"{sources[0]}\n\n{sources[1]}\n")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split("\n")
+    assert len(out) == 4 and out[1] == "" and out[3] == ""
+    assert all(out[i] for i in (0, 2))
+    assert "translate" not in r.stderr  # no progress bar when reading stdin
+
+
+def test_the_spm_model_is_the_one_dvc_lock_records(tiny_data, evaluated, tmp_path):
+    lock = {"schema": "2.0", "stages": {"train@sinusoidal-1": {
+        "cmd": "…", "deps": [{"path": "data/prepared/spm.model", "md5": "x"}],
+        "outs": [{"path": "evalm/model.pt", "md5": "y"}]}}}
+    (tiny_data / "dvc.lock").write_text(yaml.safe_dump(lock))
+    try:
+        line = (tiny_data / "data/raw/multi30k/val.en").read_text().splitlines()[0]
+        r = translate(tiny_data, "--model", "evalm/model.pt", stdin=line + "\n")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == (evaluated / "val.de").read_text().splitlines()[0] + "\n"
+        r = translate(tiny_data, "--model", "evalm/model.pt", "--lock", "none.lock", stdin=line)
+        assert "none.lock: missing, so the SentencePiece model of evalm/model.pt is unknown; pass --spm" \
+            in error_line(r, "translate")
+    finally:
+        (tiny_data / "dvc.lock").unlink()
+
+
+def test_a_missing_model_names_the_command_that_makes_it(tiny_data):
+    r = translate(tiny_data, "--model", "models/rope-1/model.pt", stdin="A man.\n")
+    assert error_line(r, "translate") == (
+        "posenc translate: error: models/rope-1/model.pt: missing; `dvc pull models/rope-1/model.pt` "
+        "fetches it from the project's DVC remote, `dvc repro train@rope-1` trains it")
+    assert r.stdout == ""
+
+
+def test_bad_options_stop_with_one_line(tiny_data, tiny_model):
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+                  "--beam", "0", stdin="A man.\n")
+    assert error_line(r, "translate") == "posenc translate: error: --beam 0: must be >= 1"
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+                  "-i", "nothing.en")
+    assert "nothing.en: no such file" in error_line(r, "translate")
