@@ -121,8 +121,19 @@ def test_the_run_layout_in_dvc_yaml_is_the_librarys():
     assert runs.model_path(Path("models"), *item).as_posix() in STAGES["train"]["outs"]
     plots = [next(iter(p)) for p in STAGES["train"]["plots"]]
     assert runs.dev_log_path(Path("models"), *item).as_posix() in plots
-    hyps = next(iter(STAGES["evaluate"]["outs"][0]))
-    assert runs.hypothesis_path(Path(hyps), "val").parent.as_posix() == f"results/runs/{runs.run_name(*item)}/hyps"
+    runs_dir = re.search(r"--runs (\S+)", STAGES["report"]["cmd"]).group(1)
+    where = runs.result_dir(Path(runs_dir), *item)
+    outs = [next(iter(o)) for o in STAGES["evaluate"]["outs"]]
+    assert outs == [(where / runs.HYPS).as_posix(), (where / runs.SIGNATURES).as_posix()]
+    assert [next(iter(m)) for m in STAGES["evaluate"]["metrics"]] == [(where / runs.METRICS).as_posix()]
+    assert f"--hyps {where / runs.HYPS}" in STAGES["evaluate"]["cmd"]
+
+
+def test_only_flat_numeric_files_are_metrics():
+    """`dvc metrics show` is a table of numbers: the per-run metrics.json files, nothing else
+    (tests/test_pipeline.py checks what evaluate writes into them)."""
+    declared = [next(iter(m)) for stage in STAGES.values() for m in stage.get("metrics", [])]
+    assert declared == ["results/runs/${item.variant}-${item.seed}/metrics.json"]
 
 
 def test_the_closure_follows_imports_and_the_digest_covers_every_file(tmp_path):

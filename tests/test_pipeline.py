@@ -71,6 +71,20 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert sh("dvc", "metrics", "diff", cwd=work).strip() in ("", "No changes.")
     assert sh("git", "status", "--porcelain", cwd=work).strip() == ""
 
+    # The metrics are numbers only, one row per run, and a changed result shows as that change alone
+    for path in (work / "results/runs").glob("*/metrics.json"):
+        assert all(isinstance(v, (int, float)) for v in json.loads(path.read_text()).values()), path
+    show = sh("dvc", "metrics", "show", cwd=work).splitlines()
+    assert len(show) == 1 + len(variants) and max(map(len, show)) <= 250, show
+    params = (work / "params.yaml").read_text()
+    (work / "params.yaml").write_text(params.replace("  max_len_extra: 5", "  max_len_extra: 1", 1))
+    sh("dvc", "repro", cwd=work)
+    sh("git", "add", "-A", cwd=work)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "shorter outputs", cwd=work)
+    diff = json.loads(sh("dvc", "metrics", "diff", "HEAD~1", "--json", cwd=work))
+    changed = {key for metrics in diff.values() for key in metrics}
+    assert changed and all(k.startswith(("bleu_", "chrf_")) for k in changed), changed
+
     # A variant's own setting makes that variant's training stale, and no other stage
     params = (work / "params.yaml").read_text()
     (work / "params.yaml").write_text(params.replace("    dim: 8 ", "    dim: 4 ", 1))

@@ -17,7 +17,8 @@ def evaluated(tiny_data, tiny_model) -> Path:
     """The hypotheses that `evaluate` wrote for the tiny model (the first 100 lines of each split)."""
     r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
                "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
-               "--metrics", "evalm/metrics.json", "--hyps", "evalm/hyps", cwd=tiny_data)
+               "--metrics", "evalm/metrics.json", "--signatures", "evalm/signatures.json",
+               "--hyps", "evalm/hyps", cwd=tiny_data)
     assert r.returncode == 0, r.stderr
     return tiny_data / "evalm/hyps"
 

@@ -1,4 +1,4 @@
-"""`posenc <stage> ...`: argument parsing only; each stage's `run(args)` does the work.
+"""`posenc <command> ...`: argument parsing only; each stage's `run(args)` does the work.
 
 Every path a stage reads or writes comes in as an argument (dvc.yaml names them all, once).
 """
@@ -27,7 +27,9 @@ STAGES = {
     "evaluate": ("posenc.stages.evaluate", "translate and score the dev and test sets with one model", {
         "--seed": "the seed the model was trained with (int)", "--model": "averaged model",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",
-        "--raw": "directory with the untouched references", "--metrics": "metrics JSON to write",
+        "--raw": "directory with the untouched references",
+        "--metrics": "metrics JSON to write (numbers only)",
+        "--signatures": "JSON of the run's variant, seed and sacreBLEU signatures to write",
         "--hyps": "directory for the hypothesis files"}),
     "report": ("posenc.stages.report", "the Table 3 table, significance, provenance and figures", {
         "--runs": "directory of per-run results (metrics.json, hyps/)",
@@ -46,14 +48,29 @@ INTS = {"--seed"}
 TOOLS = {"translate": "posenc.stages.translate", "readme": "posenc.readme"}
 
 
+DESCRIPTION = """\
+Sum, concatenate or drop the positional encoding? The stages of a DVC pipeline that trains the
+Transformer of Vaswani et al. 2017 with each positional variant (sinusoidal, learned, concat, none,
+rope, alibi, relative) and scores it. `dvc repro` (or `make repro`) runs the stages in order, with
+the paths and params of dvc.yaml and params.yaml; `posenc translate` translates your own sentences."""
+EPILOG = "examples:\n  dvc repro\n  echo 'A man rides a horse.' | posenc translate --model models/sinusoidal-1/model.pt"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="posenc", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="stage", required=True)
+    from importlib.metadata import version
+
+    from posenc.config import POSITIONAL
+
+    p = argparse.ArgumentParser(prog="posenc", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"posenc {version('posenc')}")
+    sub = p.add_subparsers(dest="stage", required=True, metavar="command")
     for stage, (_, help_text, options) in STAGES.items():
         s = sub.add_parser(stage, help=help_text, description=help_text)
         s.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
         for option, option_help in options.items():
-            s.add_argument(option, required=True, help=option_help, type=int if option in INTS else str)
+            s.add_argument(option, required=True, help=option_help, type=int if option in INTS else str,
+                           **({"choices": list(POSITIONAL)} if option == "--variant" else {}))
     t = sub.add_parser("translate", help="translate English lines to German with a trained model",
                        description="Translate English lines (stdin or -i) to German (stdout or -o), "
                        "one line out per line in, decoded as the evaluate stage decodes.")

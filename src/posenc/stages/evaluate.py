@@ -55,9 +55,13 @@ def run(args) -> None:
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
     metrics, hypotheses = evaluate(model, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)
-    metrics = {"variant": model.config.positional, "seed": args.seed, **metrics}
     for split, lines in hypotheses.items():
         files.write_lines(hypothesis_path(Path(args.hyps), split), lines)
-    files.write_json(args.metrics, metrics)
-    print(f"evaluate: {metrics['variant']} seed {args.seed}: dev PPL {metrics['dev_ppl']:.2f}, "
+    # DVC's metrics file holds numbers only, one flat key each (`dvc metrics show` is a table of
+    # them); what names the run and how it was scored goes beside it.
+    files.write_json(args.signatures, {"variant": model.config.positional, "seed": args.seed,
+                                       **metrics.pop("signature")})
+    files.write_json(args.metrics, {"parameters": metrics["parameters"], "dev_ppl": metrics["dev_ppl"],
+                                    **{f"{m}_{split}": v for m in ("bleu", "chrf") for split, v in metrics[m].items()}})
+    print(f"evaluate: {model.config.positional} seed {args.seed}: dev PPL {metrics['dev_ppl']:.2f}, "
           + ", ".join(f"{k} BLEU {v}" for k, v in metrics["bleu"].items()))

@@ -23,7 +23,7 @@ from posenc import config, corpora, files
 from posenc.corpora import SRC
 from posenc.errors import UserError
 from posenc.figures import pyplot, save_png
-from posenc.runs import dev_log_path, hypothesis_path, run_name
+from posenc.runs import HYPS, METRICS, SIGNATURES, dev_log_path, hypothesis_path, result_dir, run_name
 from posenc.scoring import read_references
 
 # Vaswani et al. 2017, Table 3: the base model and row (E), newstest2013 (WMT14 en-de dev).
@@ -34,15 +34,23 @@ PAPER_ROWS = [
 
 
 def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...]) -> list[dict]:
-    """The metrics of every (variant, seed) listed in params, each with its hypotheses directory."""
-    found = {}
-    for path in sorted(Path(runs_dir).glob("*/metrics.json")):
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-        found[metrics["variant"], metrics["seed"]] = {**metrics, "hyps": path.parent / "hyps"}
-    missing = [f"{v}-{s}" for v in variants for s in seeds if (v, s) not in found]
+    """The metrics of every (variant, seed) listed in params, each with its hypotheses directory:
+    {variant, seed, parameters, dev_ppl, bleu: {split: ...}, chrf: {split: ...}, signature, hyps}."""
+    missing = [run_name(v, s) for v in variants for s in seeds
+               if not (result_dir(runs_dir, v, s) / METRICS).is_file()]
     if missing:
         raise UserError(f"{runs_dir}: no metrics for {', '.join(missing)}; run `dvc repro evaluate`")
-    return [found[v, s] for v in variants for s in seeds]
+    runs = []
+    for v in variants:
+        for s in seeds:
+            where = result_dir(runs_dir, v, s)
+            metrics = json.loads((where / METRICS).read_text(encoding="utf-8"))
+            signatures = json.loads((where / SIGNATURES).read_text(encoding="utf-8"))
+            runs.append({"variant": v, "seed": s, "parameters": metrics["parameters"],
+                         "dev_ppl": metrics["dev_ppl"], "signature": signatures, "hyps": where / HYPS,
+                         **{m: {k.removeprefix(f"{m}_"): x for k, x in metrics.items() if k.startswith(f"{m}_")}
+                            for m in ("bleu", "chrf")}})
+    return runs
 
 
 def summarize(values: list[float]) -> dict:
