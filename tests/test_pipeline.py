@@ -9,11 +9,14 @@ that variant's training stale and nothing else.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import socket
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +74,9 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert sh("dvc", "metrics", "diff", cwd=work).strip() in ("", "No changes.")
     assert sh("git", "status", "--porcelain", cwd=work).strip() == ""
 
+    # A reader pulls the pinned outputs from a remote served over HTTP and has nothing to re-run
+    pull_into_a_fresh_clone(work, tmp_path)
+
     # The metrics are numbers only, one row per run, and a changed result shows as that change alone
     for path in (work / "results/runs").glob("*/metrics.json"):
         assert all(isinstance(v, (int, float)) for v in json.loads(path.read_text()).values()), path
@@ -90,3 +96,42 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     (work / "params.yaml").write_text(params.replace("    dim: 8 ", "    dim: 4 ", 1))
     assert (work / "params.yaml").read_text() != params
     assert set(json.loads(sh("dvc", "status", "--json", cwd=work))) == {"train@concat-1"}
+
+
+def pull_into_a_fresh_clone(work: Path, tmp_path: Path) -> None:
+    """As README's "Pinned results without training": the maintainer pushes the DVC cache to a
+    directory, a static file server publishes it (DVC's HTTP remote reads the cache's plain
+    layout), and a fresh clone pulls every pinned output and finds nothing to reproduce."""
+    store = tmp_path / "store"
+    sh("dvc", "remote", "add", "--local", "-d", "publish", str(store), cwd=work)
+    sh("dvc", "push", cwd=work)
+    with socket.socket() as s:  # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(store)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):  # until it listens
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        clone = tmp_path / "clone"
+        sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
+        assert not (clone / "models/relative-1/model.pt").exists()  # the logs are in git, not the model
+        sh("dvc", "remote", "add", "--local", "-d", "pinned", f"http://127.0.0.1:{port}", cwd=clone)
+        sh("dvc", "pull", cwd=clone)
+    finally:
+        server.terminate()
+        server.wait()
+    stages = yaml.safe_load((clone / "dvc.lock").read_text())["stages"]
+    for stage in stages.values():
+        for out in stage.get("outs", []):
+            path = clone / out["path"]
+            if path.is_file():
+                assert hashlib.md5(path.read_bytes()).hexdigest() == out["md5"], out["path"]
+            else:
+                assert path.is_dir() and out["md5"].endswith(".dir"), out["path"]
+    assert (clone / "models/relative-1/model.pt").is_file()
+    assert "Data and pipelines are up to date" in sh("dvc", "repro", cwd=clone)
+    assert sh("git", "status", "--porcelain", cwd=clone).strip() == ""
