@@ -19,11 +19,17 @@ export LD_PRELOAD := $(TCMALLOC)
 # the thread count is a param.
 TRAIN_JOBS ?= 2
 
+# requirements.lock pins torch==2.13.0. pip's default index (PyPI) serves it on Linux as the CUDA
+# build (several GB); PyTorch's own CPU index serves 2.13.0+cpu, which meets the same pin and which
+# pip then prefers: `make TORCH_INDEX=https://download.pytorch.org/whl/cpu test`. Empty: PyPI's.
+TORCH_INDEX ?=
+
 .PHONY: repro pipeline test readme clean-venv
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock \
+	  $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -22,3 +22,18 @@ def test_version_and_help():
     assert "argument parsing" not in r.stdout  # the tool, not the code
     r = posenc("train", "--help")
     assert "{sinusoidal,learned,concat,none,rope,alibi,relative}" in r.stdout
+
+
+def test_make_takes_torch_from_the_index_it_is_given():
+    """`make TORCH_INDEX=...` adds PyTorch's index for the pinned torch; without it, pip's own."""
+    from conftest import ROOT
+
+    def install_command(*args: str) -> str:
+        r = subprocess.run(["make", "-n", "-W", "requirements.lock", ".venv/.installed", *args], cwd=ROOT,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.replace("\\\n", " ")
+
+    cpu = "https://download.pytorch.org/whl/cpu"
+    assert f"-r requirements.lock --extra-index-url {cpu}" in " ".join(install_command(f"TORCH_INDEX={cpu}").split())
+    assert "--extra-index-url" not in install_command()

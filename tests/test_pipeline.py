@@ -58,9 +58,10 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     table = (work / "results/table.md").read_text()
     assert all(f"| {v} |" in table for v in variants)
     assert "data/raw/multi30k" in table  # the data hash from dvc.lock is in the provenance
-    for png in ("figures/learning_curves.png", "figures/bleu_by_length.png",
-                "analysis_figures/logit_terms.png"):
-        assert (work / "results" / png).read_bytes()[:4] == b"\x89PNG"
+    for name in ("figures/learning_curves", "figures/bleu_by_length", "analysis_figures/position_variance",
+                 "analysis_figures/logit_terms", "analysis_figures/word_order"):
+        assert (work / "results" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert b"<svg" in (work / "results" / f"{name}.svg").read_bytes()[:1000]  # a vector copy
     metrics = {p: (work / p).read_text() for p in ("results/table.json", "results/analysis.json")}
 
     assert "Data and pipelines are up to date" in sh("dvc", "repro", cwd=work)
@@ -73,6 +74,15 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert (work / "results/table.md").read_text() == table
     assert sh("dvc", "metrics", "diff", cwd=work).strip() in ("", "No changes.")
     assert sh("git", "status", "--porcelain", cwd=work).strip() == ""
+
+    # `dvc plots show`: one chart with every run's learning curve, one of BLEU by length
+    plots = json.loads(sh("dvc", "plots", "show", "--json", cwd=work))["data"]
+    assert set(plots) == {"results/dev_curves.csv", "results/bleu_by_length.csv"}
+    curves = plots["results/dev_curves.csv"][0]["content"]
+    assert {v["run"] for v in curves["data"]["values"]} == {f"{v}-1" for v in variants}
+    assert curves["encoding"]["color"]["field"] == "run"
+    bars = plots["results/bleu_by_length.csv"][0]["content"]
+    assert {v["variant"] for v in bars["data"]["values"]} == set(variants)
 
     # A reader pulls the pinned outputs from a remote served over HTTP and has nothing to re-run
     pull_into_a_fresh_clone(work, tmp_path)

@@ -37,6 +37,7 @@ STAGES = {
         "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
         "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
         "--table-csv": "CSV table to write", "--by-length-csv": "BLEU by source length, CSV to write",
+        "--curves-csv": "every run's dev perplexity by update, CSV to write (the DVC plot)",
         "--figures": "directory for the PNG figures"}),
     "analyze": ("posenc.stages.analyze", "measure the conjectures of the sum-versus-concat debate", {
         "--models": "directory of trained models", "--spm": "SentencePiece model",

@@ -1,4 +1,5 @@
-"""PNG figures: matplotlib without a display, and byte-stable files (no software stamp)."""
+"""Figures: matplotlib without a display, each written as a PNG and a vector SVG beside it (for
+papers), both byte-stable (no software stamp or date; SVG ids from a fixed salt)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams["svg.hashsalt"] = "posenc"  # element ids that do not change between runs
     return plt
 
 
-def save_png(fig, path: Path) -> None:
-    buffer = io.BytesIO()
+def save_figure(fig, path: Path) -> None:
+    """`path` (.png) and the same figure as .svg beside it."""
     fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    for fmt, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=fmt, dpi=110, metadata=metadata)
+        files.write_bytes(Path(path).with_suffix(f".{fmt}"), buffer.getvalue())
     pyplot().close(fig)
-    files.write_bytes(path, buffer.getvalue())

@@ -22,7 +22,7 @@ from sacrebleu.significance import PairedTest
 from posenc import config, corpora, files
 from posenc.corpora import SRC
 from posenc.errors import UserError
-from posenc.figures import pyplot, save_png
+from posenc.figures import pyplot, save_figure
 from posenc.runs import HYPS, METRICS, SIGNATURES, dev_log_path, hypothesis_path, result_dir, run_name
 from posenc.scoring import read_references
 
@@ -111,8 +111,9 @@ def significance(runs: list[dict], corpus: corpora.Corpus, raw: Path, baseline: 
 
 
 def bleu_by_length(runs: list[dict], corpus: corpora.Corpus, raw: Path,
-                   buckets: tuple[int, ...]) -> list[dict]:
-    """Corpus BLEU of the pooled test sets per source-length bucket (words), first seed per variant."""
+                   buckets: tuple[int, ...], samples: int) -> list[dict]:
+    """Corpus BLEU of the pooled test sets per source-length bucket (words), first seed per
+    variant, with the sentence count and a bootstrap confidence half-width."""
     bounds = [*buckets, None]
     names = [f"{lo + 1}-{hi}" if hi else f">{lo}" for lo, hi in zip((0, *buckets), bounds)]
     sources, references = [], []
@@ -132,9 +133,12 @@ def bleu_by_length(runs: list[dict], corpus: corpora.Corpus, raw: Path,
         for b, name in enumerate(names):
             idx = [i for i, k in enumerate(bucket_of) if k == b]
             if idx:
-                score = BLEU().corpus_score([hyps[i] for i in idx], [[references[i] for i in idx]]).score
+                # sacreBLEU's bootstrap (its --confidence; resampling seeded by SACREBLEU_SEED,
+                # 12345 unless set): the 95% half-width beside the bucket's BLEU
+                score = BLEU().corpus_score([hyps[i] for i in idx], [[references[i] for i in idx]],
+                                            n_bootstrap=samples)
                 rows.append({"variant": r["variant"], "bucket": name, "sentences": len(idx),
-                             "bleu": round(score, 2)})
+                             "bleu": round(score.score, 2), "ci": round(score._ci, 2)})
     return rows
 
 
@@ -224,34 +228,44 @@ def flat_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
     return flat, list(flat[0])
 
 
-def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
+def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], averaged: dict[str, float],
+                         path: Path) -> None:
+    """Each run's dev perplexity by update (the checkpoint being trained), and, at the last update,
+    the averaged model's (§6.1), which is the table's dev PPL: the two differ."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
     for name, points in curves.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker=".")
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker=".")
+        if name in averaged and points:
+            ax.plot([points[-1][0]], [averaged[name]], marker="*", markersize=10, color=line.get_color(),
+                    linestyle="none")
+    ax.plot([], [], marker="*", color="grey", linestyle="none", markersize=10,
+            label="averaged model\n(the table's dev PPL)")
     ax.set(xlabel="update", ylabel="dev perplexity (per wordpiece)", yscale="log",
            title="Learning curves")
     ax.grid(alpha=0.3)
-    ax.legend()
-    save_png(fig, path)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    save_figure(fig, path)
 
 
 def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
     plt = pyplot()
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     buckets = list(dict.fromkeys(r["bucket"] for r in rows))
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    counts = {r["bucket"]: r["sentences"] for r in rows}
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
     width = 0.8 / len(variants)
     for i, v in enumerate(variants):
-        scores = {r["bucket"]: r["bleu"] for r in rows if r["variant"] == v}
-        ax.bar([b + i * width for b in range(len(buckets))], [scores.get(b, 0) for b in buckets],
-               width, label=v)
-    ax.set_xticks([b + width * (len(variants) - 1) / 2 for b in range(len(buckets))], buckets)
+        mine = {r["bucket"]: r for r in rows if r["variant"] == v}
+        ax.bar([b + i * width for b in range(len(buckets))], [mine[b]["bleu"] if b in mine else 0 for b in buckets],
+               width, yerr=[mine[b]["ci"] if b in mine else 0 for b in buckets], capsize=2, label=v)
+    ax.set_xticks([b + width * (len(variants) - 1) / 2 for b in range(len(buckets))],
+                  [f"{b}\nn = {counts[b]}" for b in buckets])
     ax.set(xlabel="source length (words)", ylabel="BLEU (test sets pooled)",
-           title="BLEU by source length")
+           title="BLEU by source length, with 95% bootstrap intervals")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend()
-    save_png(fig, path)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    save_figure(fig, path)
 
 
 def read_dev_log(path: Path) -> list[tuple[int, float]]:
@@ -269,14 +283,19 @@ def run(args) -> None:
     rows = table_rows(runs, corpus)
     sig = significance(runs, corpus, raw, cfg.baseline, cfg.bootstrap_samples, cfg.bootstrap_seed)
     prov = provenance(runs, Path(args.lock))
-    by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets)
+    by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets, cfg.bootstrap_samples)
     # Dev logs live beside each model (posenc.runs).
     curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.models), r["variant"], r["seed"]))
               for r in runs}
     figures = Path(args.figures)
-    plot_learning_curves(curves, figures / "learning_curves.png")
+    plot_learning_curves(curves, {run_name(r["variant"], r["seed"]): r["dev_ppl"] for r in runs},
+                         figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")
-    files.write_text(args.by_length_csv, to_csv(by_length, ["variant", "bucket", "sentences", "bleu"]))
+    files.write_text(args.by_length_csv, to_csv(by_length, ["variant", "bucket", "sentences", "bleu", "ci"]))
+    # One file, one row per (run, dev evaluation): `dvc plots show` draws every run in one chart
+    files.write_text(args.curves_csv, to_csv([{"run": name, "step": step, "dev_ppl": ppl}
+                                              for name, points in curves.items() for step, ppl in points],
+                                             ["run", "step", "dev_ppl"]))
     flat, columns = flat_rows(rows)
     files.write_text(args.table_csv, to_csv(flat, columns))
     files.write_json(args.table_json, {"table": {r["variant"]: r for r in rows}, "significance": sig,
