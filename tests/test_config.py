@@ -158,7 +158,7 @@ def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
     (tmp_path / "params.yaml").write_text(text)
     r = subprocess.run([sys.executable, "-m", "posenc", "report", *[a for o in (
         "--runs", "--models", "--raw", "--lock", "--table-md", "--table-json", "--table-csv",
-        "--by-length-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
+        "--by-length-csv", "--curves-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
         capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr == "posenc report: error: params.yaml: seeds: 1 is listed twice; list each value once\n"

@@ -46,6 +46,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "root", cwd=work)
     sh("dvc", "init", "-q", cwd=work)
     sh("dvc", "config", "core.analytics", "false", cwd=work)
+    shutil.copytree(ROOT / ".dvc" / "plots", work / ".dvc" / "plots")  # the plot templates
     sh("git", "add", "-A", cwd=work)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "code", cwd=work)
 
@@ -86,6 +87,9 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
 
     # A reader pulls the pinned outputs from a remote served over HTTP and has nothing to re-run
     pull_into_a_fresh_clone(work, tmp_path)
+
+    # An experiment from a fresh clone (no cache, no data): fetch is an ordinary stage of it
+    experiment_in_a_fresh_clone(work, tmp_path)
 
     # The metrics are numbers only, one row per run, and a changed result shows as that change alone
     for path in (work / "results/runs").glob("*/metrics.json"):
@@ -145,3 +149,18 @@ def pull_into_a_fresh_clone(work: Path, tmp_path: Path) -> None:
     assert (clone / "models/relative-1/model.pt").is_file()
     assert "Data and pipelines are up to date" in sh("dvc", "repro", cwd=clone)
     assert sh("git", "status", "--porcelain", cwd=clone).strip() == ""
+
+
+def experiment_in_a_fresh_clone(work: Path, tmp_path: Path) -> None:
+    """README's `dvc exp run -S ...` then `dvc exp show` with a column selection, in a clone that
+    has neither the DVC cache nor the data."""
+    clone = tmp_path / "exp-clone"
+    sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
+    sh("dvc", "exp", "run", "-S", "train.max_steps=16", cwd=clone)
+    show = sh("dvc", "exp", "show", "--no-pager", "--csv", "--drop", ".*", "--keep",
+              r"Experiment|train\.max_steps|.*sinusoidal-1.*:bleu_val", cwd=clone).splitlines()
+    assert show[0] == "Experiment,results/runs/sinusoidal-1/metrics.json:bleu_val,train.max_steps", show
+    rows = [line.split(",") for line in show[1:]]
+    # the experiment (named), applied to the workspace; the commit it started from keeps 24
+    assert [r[2] for r in rows if r[0]] == ["16"] and "24" in [r[2] for r in rows if not r[0]], show
+    float(rows[-1][1])  # the experiment's BLEU is there
