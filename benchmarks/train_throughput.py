@@ -170,7 +170,7 @@ def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         training.train(model_config, cfg, 1, corpus, training.Paths(
-            t / "model.pt", t / "train.tsv", t / "dev.tsv", t / "ck", t / "timings.json"), torch.device("cpu"))
+            t / "model.pt", t / "last.pt", t / "train.tsv", t / "dev.tsv", t / "ck", t / "timings.json"), torch.device("cpu"))
         timings = json.loads((t / "timings.json").read_text())
         rows = (t / "train.tsv").read_text().splitlines()[1:]
     timings["tokens"] = sum(int(r.split("\t")[3]) for r in rows)

@@ -75,9 +75,10 @@ def tiny_data(tmp_path_factory, mirror) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_data) -> Path:
-    """A model of the tiny profile (sinusoidal, seed 1), trained once: tiny_data/evalm/model.pt."""
+    """A model of the tiny profile (sinusoidal, seed 1), trained once: tiny_data/evalm/model.pt
+    (averaged) and evalm/last.pt (the last checkpoint)."""
     r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--spm", "data/prepared/spm.model",
-               "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt",
+               "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
                "--train-log", "evalm/train_log.tsv", "--dev-log", "evalm/dev_log.tsv",
                "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json", cwd=tiny_data)
     assert r.returncode == 0, r.stderr

@@ -17,7 +17,7 @@ from conftest import error_line, posenc
 
 
 def evaluate(work: Path, model: str):
-    return posenc("evaluate", "--seed", "1", "--model", model, "--spm", "data/prepared/spm.model",
+    return posenc("evaluate", "--seed", "1", "--model", model, "--last", model, "--spm", "data/prepared/spm.model",
                   "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
                   "--metrics", "out/metrics.json", "--signatures", "out/signatures.json",
                   "--hyps", "out/hyps", cwd=work)
@@ -57,3 +57,12 @@ def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, t
     assert "raise positional.learned.max_positions to at least" in line
     assert not (tiny_data / "out").exists()
     shutil.rmtree(path.parent)
+
+
+def test_the_train_stage_writes_the_last_checkpoint_beside_the_average(tiny_model):
+    """Table 3's dev columns come from the last checkpoint (§6.2), the test sets from the average
+    of the last train.average_last (§6.1): two models, both rebuilt from their own config."""
+    average = checkpoints.load_model(tiny_model)
+    last = checkpoints.load_model(tiny_model.with_name("last.pt"))
+    a, b = average.state_dict(), last.state_dict()
+    assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)

@@ -24,7 +24,7 @@ from conftest import MIRROR, ROOT, error_line
 def train_cmd(work: Path, name: str, params: str = "params.yaml", variant: str = "concat") -> list[str]:
     return ["-m", "posenc", "train", "--params", params, "--variant", variant, "--seed", "3",
             "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
-            "--model", f"{name}/model.pt", "--train-log", f"{name}/train_log.tsv",
+            "--model", f"{name}/model.pt", "--last", f"{name}/last.pt", "--train-log", f"{name}/train_log.tsv",
             "--dev-log", f"{name}/dev_log.tsv", "--checkpoints", f"ck/{name}",
             "--timings", f"logs/{name}.json"]
 
@@ -101,6 +101,7 @@ def resumed_equals_whole(work: Path, name: str, whole: Path, extra_env: dict | N
     r = run_train(work, name, params="long.yaml", extra_env=extra_env)
     assert r.returncode == 0, r.stderr
     assert same_bits(whole / "model.pt", work / name / "model.pt")
+    assert same_bits(whole / "last.pt", work / name / "last.pt")
     assert same_bits(whole / "train_log.tsv", work / name / "train_log.tsv")
     assert same_bits(whole / "dev_log.tsv", work / name / "dev_log.tsv")
     assert not (work / "ck" / name).exists()

@@ -15,7 +15,8 @@ from conftest import MIRROR, error_line, posenc
 @pytest.fixture(scope="module")
 def evaluated(tiny_data, tiny_model) -> Path:
     """The hypotheses that `evaluate` wrote for the tiny model (the first 100 lines of each split)."""
-    r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+    r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
+               "--spm", "data/prepared/spm.model",
                "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
                "--metrics", "evalm/metrics.json", "--signatures", "evalm/signatures.json",
                "--hyps", "evalm/hyps", cwd=tiny_data)
@@ -30,9 +31,11 @@ def translate(work: Path, *args: str, stdin: str = "") -> subprocess.CompletedPr
 
 
 def test_a_file_translates_to_exactly_the_hypotheses_evaluate_scored(tiny_data, evaluated):
+    """The dev set is scored with the last checkpoint (Table 3's protocol), so its hypotheses are
+    last.pt's; the test sets' are the averaged model's (next test)."""
     sources = (tiny_data / "data/raw/multi30k/val.en").read_text().splitlines()[:100]
     (tiny_data / "val100.en").write_text("".join(s + "\n" for s in sources))
-    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+    r = translate(tiny_data, "--model", "evalm/last.pt", "--spm", "data/prepared/spm.model",
                   "-i", "val100.en", "-o", "translated/val100.de")
     assert r.returncode == 0, r.stderr
     assert (tiny_data / "translated/val100.de").read_text() == (evaluated / "val.de").read_text()
@@ -56,10 +59,10 @@ def test_the_spm_model_is_the_one_dvc_lock_records(tiny_data, evaluated, tmp_pat
         "outs": [{"path": "evalm/model.pt", "md5": "y"}]}}}
     (tiny_data / "dvc.lock").write_text(yaml.safe_dump(lock))
     try:
-        line = (tiny_data / "data/raw/multi30k/val.en").read_text().splitlines()[0]
+        line = (tiny_data / "data/raw/multi30k/test_2016_flickr.en").read_text().splitlines()[0]
         r = translate(tiny_data, "--model", "evalm/model.pt", stdin=line + "\n")
         assert r.returncode == 0, r.stderr
-        assert r.stdout == (evaluated / "val.de").read_text().splitlines()[0] + "\n"
+        assert r.stdout == (evaluated / "test_2016_flickr.de").read_text().splitlines()[0] + "\n"
         r = translate(tiny_data, "--model", "evalm/model.pt", "--lock", "none.lock", stdin=line)
         assert "none.lock: missing, so the SentencePiece model of evalm/model.pt is unknown; pass --spm" \
             in error_line(r, "translate")

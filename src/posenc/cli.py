@@ -21,11 +21,15 @@ STAGES = {
     "train": ("posenc.stages.train", "train one variant with one seed (also under torchrun)", {
         "--variant": "positional variant", "--seed": "random seed (int)",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",
-        "--model": "averaged model to write", "--train-log": "per-update TSV to write",
+        "--model": "averaged model to write (§6.1: the test sets' model)",
+        "--last": "last checkpoint's model to write (§6.2: the dev columns' model)",
+        "--train-log": "per-update TSV to write",
         "--dev-log": "dev loss TSV to write", "--checkpoints": "working directory for checkpoints",
         "--timings": "untracked JSON of wall-clock figures"}),
     "evaluate": ("posenc.stages.evaluate", "translate and score the dev and test sets with one model", {
-        "--seed": "the seed the model was trained with (int)", "--model": "averaged model",
+        "--seed": "the seed the model was trained with (int)",
+        "--model": "averaged model: scores the test sets (Table 2's protocol)",
+        "--last": "last checkpoint's model: dev perplexity and dev BLEU (Table 3's protocol)",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",
         "--raw": "directory with the untouched references",
         "--metrics": "metrics JSON to write (numbers only)",

@@ -48,7 +48,8 @@ def lr_at(step: int, d_model: int, warmup: int, scale: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Paths:
-    model: Path          # the averaged model (DVC output)
+    model: Path          # the average of the last checkpoints (§6.1): Table 2's test protocol
+    last: Path           # the last checkpoint's weights: Table 3's dev protocol (§6.2, no averaging)
     train_log: Path      # per-update TSV (DVC plot)
     dev_log: Path        # periodic dev loss and perplexity (DVC plot)
     checkpoints: Path    # working directory, removed when the run completes
@@ -180,6 +181,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
         averaged = checkpoints.average(paths.checkpoints, window)
         files.write_tsv(paths.train_log, TRAIN_LOG_HEADER, train_rows)
         files.write_tsv(paths.dev_log, DEV_LOG_HEADER, dev_rows)
+        checkpoints.save_model(paths.last, model_config, {k: v.cpu() for k, v in model.state_dict().items()})
         checkpoints.save_model(paths.model, model_config, averaged)
         wall = time.perf_counter() - started
         files.write_json(paths.timings, {

@@ -1,5 +1,9 @@
 """Stage `evaluate`: translate the dev and test sets, score them, write the metrics of one run.
 
+The paper's protocol: Table 3's dev columns (perplexity and BLEU) are of single models, "no
+checkpoint averaging" (§6.2): the last checkpoint. The test sets are scored with the average of
+the last checkpoints, as for Table 2 (§6.1). The train stage writes both models.
+
 Hypotheses are decoded from SentencePiece back to text and scored with sacreBLEU against the
 untouched references from data/raw (BLEU and chrF, with their signatures). Dev perplexity is per
 wordpiece, teacher-forced, without label smoothing: Table 3's PPL column.
@@ -21,9 +25,10 @@ from posenc.runs import hypothesis_path
 from posenc.scoring import corpus_nll, perplexity, read_references, score
 
 
-def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,
+def evaluate(model, last, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,
              cfg: EvalConfig, device="cpu") -> tuple[dict, dict[str, list[str]]]:
-    """(metrics, hypotheses per split) for one trained model."""
+    """(metrics, hypotheses per split) for one run: the dev split with `last` (the last
+    checkpoint), the test splits with `model` (the averaged one)."""
     eos, limit = model.config.eos_id, cfg.max_sentences or None
     paths = [tokens.array_path(arrays, corpus.dev, TGT)]
     paths += [tokens.array_path(arrays, split, SRC) for split in corpus.scored]
@@ -33,12 +38,13 @@ def evaluate(model, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path
     check_lengths(model, read)
     dev_src = read[tokens.array_path(arrays, corpus.dev, SRC)]
     dev_tgt = read[tokens.array_path(arrays, corpus.dev, TGT)]
-    nll, count = corpus_nll(model, dev_src, dev_tgt, cfg.batch_tokens, device)
+    nll, count = corpus_nll(last, dev_src, dev_tgt, cfg.batch_tokens, device)
     metrics = {"parameters": count_parameters(model), "dev_ppl": round(perplexity(nll, count), 4)}
     metrics["bleu"], metrics["chrf"], hypotheses = {}, {}, {}
     for split in corpus.scored:
         src = read[tokens.array_path(arrays, split, SRC)]
-        out = translate(model, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
+        which = last if split == corpus.dev else model
+        out = translate(which, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
         hypotheses[split] = [sp.decode(ids) for ids in out]
         result = score(hypotheses[split], read_references(raw_dir, split, limit))
@@ -51,10 +57,10 @@ def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "eval", EvalConfig)
     device = runtime.setup(cfg.threads)
-    model = load_model(Path(args.model), device)
+    model, last = load_model(Path(args.model), device), load_model(Path(args.last), device)
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
-    metrics, hypotheses = evaluate(model, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)
+    metrics, hypotheses = evaluate(model, last, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)
     for split, lines in hypotheses.items():
         files.write_lines(hypothesis_path(Path(args.hyps), split), lines)
     # DVC's metrics file holds numbers only, one flat key each (`dvc metrics show` is a table of

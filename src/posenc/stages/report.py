@@ -184,7 +184,10 @@ def markdown(rows: list[dict], sig: dict, corpus: corpora.Corpus, prov: dict, ba
     n = rows[0]["dev_ppl"]["n"]
     lines += ["", f"{n} seed{'s' if n > 1 else ''} per variant"
               + (" (mean ± standard deviation)." if n > 1 else "."),
-              "PPL is per wordpiece, teacher-forced, without label smoothing.", "",
+              "PPL is per wordpiece, teacher-forced, without label smoothing.",
+              f"The paper's protocol: the dev columns ({dev}: PPL, BLEU, chrF) are of the last "
+              "checkpoint, as Table 3 (§6.2: no checkpoint averaging); the test sets are scored "
+              "with the average of the last checkpoints, as Table 2 (§6.1).", "",
               f"Paired bootstrap resampling against `{baseline}` (sacreBLEU, first seed): "
               "BLEU, its bootstrap mean ± 95% confidence half-width, and the p-value.", "",
               "| variant | " + " | ".join(tests) + " |", "|---|" + "---|" * len(tests)]
@@ -228,21 +231,16 @@ def flat_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
     return flat, list(flat[0])
 
 
-def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], averaged: dict[str, float],
-                         path: Path) -> None:
-    """Each run's dev perplexity by update (the checkpoint being trained), and, at the last update,
-    the averaged model's (§6.1), which is the table's dev PPL: the two differ."""
+def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
+    """Each run's dev perplexity by update, as training measured it. Its last point is the last
+    checkpoint, the model of the table's dev columns (§6.2); the test sets' averaged model (§6.1)
+    is not on these curves."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     for name, points in curves.items():
-        line, = ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker=".")
-        if name in averaged and points:
-            ax.plot([points[-1][0]], [averaged[name]], marker="*", markersize=10, color=line.get_color(),
-                    linestyle="none")
-    ax.plot([], [], marker="*", color="grey", linestyle="none", markersize=10,
-            label="averaged model\n(the table's dev PPL)")
-    ax.set(xlabel="update", ylabel="dev perplexity (per wordpiece)", yscale="log",
-           title="Learning curves")
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker=".")
+    ax.set(xlabel="update (last point: the last checkpoint, the table's dev model)",
+           ylabel="dev perplexity (per wordpiece)", yscale="log", title="Learning curves")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
@@ -288,8 +286,7 @@ def run(args) -> None:
     curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.models), r["variant"], r["seed"]))
               for r in runs}
     figures = Path(args.figures)
-    plot_learning_curves(curves, {run_name(r["variant"], r["seed"]): r["dev_ppl"] for r in runs},
-                         figures / "learning_curves.png")
+    plot_learning_curves(curves, figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")
     files.write_text(args.by_length_csv, to_csv(by_length, ["variant", "bucket", "sentences", "bleu", "ci"]))
     # One file, one row per (run, dev evaluation): `dvc plots show` draws every run in one chart

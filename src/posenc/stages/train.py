@@ -31,7 +31,7 @@ def run(args) -> None:
     if args.seed < 0:
         raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
     model_config, cfg, corpus = inputs(Path(args.params), args.variant, Path(args.spm), Path(args.arrays))
-    paths = Paths(Path(args.model), Path(args.train_log), Path(args.dev_log),
+    paths = Paths(Path(args.model), Path(args.last), Path(args.train_log), Path(args.dev_log),
                   Path(args.checkpoints), Path(args.timings))
     s = train(model_config, cfg, args.seed, corpus, paths, runtime.setup(cfg.threads))
     if s["dev_ppl"] is not None:
