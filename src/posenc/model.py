@@ -257,7 +257,7 @@ class Transformer(nn.Module):
         """Source ids (B, S) -> memory (B, S, d_model) and the key mask (B, 1, 1, S), True = token.
         `offset` moves the sentence to positions offset, offset + 1, ... (the shift tests)."""
         mask = (src != self.config.pad_id)[:, None, None, :]
-        positions = torch.arange(offset, offset + src.shape[1], device=src.device)
+        positions = _positions(src, offset)
         x = self.embed_with_positions(src, positions)
         for layer in self.encoder:
             x = layer(x, mask, positions)
@@ -268,7 +268,7 @@ class Transformer(nn.Module):
         """Logits (B, T, vocab) for target inputs (B, T). With a cache (see `new_cache`), `tgt` holds
         only the newest tokens and the cache supplies everything before them."""
         offset = 0 if cache is None else cache.length
-        positions = torch.arange(offset, offset + tgt.shape[1], device=tgt.device)
+        positions = _positions(tgt, offset)
         x = self.embed_with_positions(tgt, positions)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, positions,
@@ -292,7 +292,7 @@ class Transformer(nn.Module):
     def first_layer_logits(self, src: Tensor, offset: int = 0) -> Tensor:
         """The first encoder self-attention's logits (B, heads, S, S) before the padding mask,
         with the variant's rotation and bias; dropout as the mode says (eval: off)."""
-        positions = torch.arange(offset, offset + src.shape[1], device=src.device)
+        positions = _positions(src, offset)
         layer = self.encoder[0]
         x = layer.res[0].sublayer_input(self.embed_with_positions(src, positions))
         q, k = layer.attn.queries_keys(x, positions)
@@ -312,7 +312,7 @@ class Transformer(nn.Module):
         word-word, word-position, position-word and position-position terms (bias-free
         projections, post-norm, dropout off), each (B, heads, S, S), summing to
         `first_layer_logits(src)`."""
-        positions = torch.arange(src.shape[1], device=src.device)
+        positions = _positions(src, 0)
         word = self.positional.token_part(self.embed(src) * self.scale)
         position = self.positional.position_part(positions)
         parts = {"word": word, "position": torch.zeros_like(word) if position is None
@@ -320,6 +320,11 @@ class Transformer(nn.Module):
         attn = self.encoder[0].attn
         return {f"{a}-{b}": attn.scores(attn.split(attn.q(parts[a])), attn.split(attn.k(parts[b])))
                 for a in ("word", "position") for b in ("word", "position")}
+
+
+def _positions(ids: Tensor, offset: int) -> Tensor:
+    """The positions of the tokens `ids` (B, L): offset, offset + 1, ..., offset + L - 1."""
+    return torch.arange(offset, offset + ids.shape[1], device=ids.device)
 
 
 def build_model(c: ModelConfig) -> Transformer:
