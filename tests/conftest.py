@@ -23,7 +23,8 @@ TINY = ROOT / "profiles" / "tiny.yaml"
 
 # Each variant's settings in the unit tests' small model.
 SETTINGS = {"sinusoidal": config.SinusoidalSettings(), "learned": config.LearnedSettings(64),
-            "concat": config.ConcatSettings(8, "sinusoidal", 64), "none": config.NoneSettings(),
+            "concat": config.ConcatSettings(8, "sinusoidal", 64),
+            "sinusoidal_narrow": config.SinusoidalNarrowSettings(8), "none": config.NoneSettings(),
             "rope": config.RopeSettings(10000.0), "alibi": config.AlibiSettings(),
             "relative": config.RelativeSettings(3)}
 # A small model for unit tests: vocabulary 60, special ids as SentencePiece gives them (prepare.py).

@@ -21,7 +21,7 @@ def test_version_and_help():
         assert f"    {command}" in r.stdout
     assert "argument parsing" not in r.stdout  # the tool, not the code
     r = posenc("train", "--help")
-    assert "{sinusoidal,learned,concat,none,rope,alibi,relative}" in r.stdout
+    assert "{sinusoidal,learned,concat,sinusoidal_narrow,none,rope,alibi,relative}" in r.stdout
 
 
 def test_make_takes_torch_from_the_index_it_is_given():

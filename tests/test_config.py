@@ -154,7 +154,7 @@ def test_top_level_lists_refuse_duplicates_and_bad_seeds(tmp_path, key, value, m
 
 
 def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
-    text = (ROOT / "params.yaml").read_text().replace("seeds: [1]", "seeds: [1, 1]")
+    text = (ROOT / "params.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2, 1]")
     (tmp_path / "params.yaml").write_text(text)
     r = subprocess.run([sys.executable, "-m", "posenc", "report", *[a for o in (
         "--runs", "--models", "--raw", "--lock", "--table-md", "--table-json", "--table-csv",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc import corpora
+from posenc import corpora, downloads
 from posenc.errors import UserError
 from posenc.stages.fetch import fetch
 
@@ -39,7 +39,7 @@ def test_wmt14_from_the_mirror(tmp_path, mirror):
     assert 19_000 < counts["train"] <= 20_000
     en = (tmp_path / "raw" / "train.en").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(en) == counts["train"] and all(line == line.strip() and line for line in en)
-    assert _sha(tmp_path / "raw" / "newstest2014.de") == corpora.get("wmt14").splits[2].sha256["de"]
+    assert _sha(tmp_path / "raw" / "newstest2014.de") == downloads.SOURCES["wmt14"].splits["newstest2014"].sha256["de"]
 
 
 def test_a_subset_is_seeded_and_deterministic(tmp_path, mirror):

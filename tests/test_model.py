@@ -8,11 +8,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from posenc.decode import beam_search, length_penalty
 from posenc.errors import UserError
 from posenc.model import AttentionCache, build_model, count_parameters
-from posenc.config import AlibiSettings, ConcatSettings, RopeSettings
+from posenc.config import AlibiSettings, ConcatSettings, RopeSettings, SinusoidalNarrowSettings
 from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
 from posenc.training import lr_at
 
@@ -46,7 +47,7 @@ def test_sinusoid_follows_the_paper_formula_interleaved():
 
 @pytest.mark.parametrize("variant, equivariant", [("none", True), ("sinusoidal", False),
                                                   ("learned", False), ("concat", False),
-                                                  ("rope", False), ("alibi", False),
+                                                  ("sinusoidal_narrow", False), ("rope", False), ("alibi", False),
                                                   ("relative", False)])
 def test_only_none_is_permutation_equivariant_in_the_encoder(variant, equivariant):
     model = model_of(variant)
@@ -77,6 +78,20 @@ def test_concat_widths_and_parameter_count():
     assert count_parameters(learned) - count_parameters(model) == 64 * 8
 
 
+def test_the_concat_control_differs_from_concat_only_in_summing():
+    """sinusoidal_narrow: concat's narrow token table (same parameters, same tied projection),
+    zero-padded, plus the full-width sinusoid of `sinusoidal` summed over every dimension."""
+    control, concat, summed = model_of("sinusoidal_narrow"), model_of("concat"), model_of("sinusoidal")
+    assert control.embed.weight.shape == concat.embed.weight.shape == (60, 24)
+    assert count_parameters(control) == count_parameters(concat)
+    token_part = control.positional.token_part(control.embed(torch.tensor([[5, 6, 7]])))
+    assert token_part.shape == (1, 3, 32) and torch.all(token_part[..., 24:] == 0)
+    assert torch.equal(control.positional.position_part(torch.arange(3)),
+                       summed.positional.position_part(torch.arange(3)))
+    h = torch.randn(1, 3, 32)
+    assert torch.equal(control.logits(h), F.linear(h[..., :24], control.embed.weight))
+
+
 def test_attention_side_variants_add_what_their_papers_add():
     base = count_parameters(model_of("none"))
     assert count_parameters(model_of("rope")) == count_parameters(model_of("alibi")) == base
@@ -89,11 +104,13 @@ def test_attention_side_variants_add_what_their_papers_add():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(positional="rotary"), "valid variants: sinusoidal, learned, concat, none, rope, alibi, relative"),
+    (dict(positional="rotary"), "valid variants: sinusoidal, learned, concat, sinusoidal_narrow, none, rope, alibi, relative"),
     (dict(positional="concat", position=ConcatSettings(32, "sinusoidal", 64)),
      "positional.concat.dim (32) must be below model.d_model (32)"),
     (dict(positional="concat", position=ConcatSettings(7, "sinusoidal", 64)),
      "positional.concat.dim (7) must be even"),
+    (dict(positional="sinusoidal_narrow", position=SinusoidalNarrowSettings(32)),
+     "positional.sinusoidal_narrow.dim (32) must be below model.d_model (32)"),
     (dict(heads=5), "model.heads (5) must divide model.d_model (32)"),
     (dict(positional="rope", position=RopeSettings(10000.0), d_model=36, heads=4),
      "model.d_model / model.heads = 9 dimensions"),
@@ -133,7 +150,8 @@ def test_alibi_slopes_are_the_papers_geometric_sequence(heads, expected):
 
 @pytest.mark.parametrize("variant, invariant", [("rope", True), ("alibi", True), ("relative", True),
                                                 ("none", True), ("sinusoidal", False),
-                                                ("learned", False), ("concat", False)])
+                                                ("learned", False), ("concat", False),
+                                                ("sinusoidal_narrow", False)])
 def test_relative_variants_give_the_same_logits_at_any_offset(variant, invariant):
     model = model_of(variant)
     src = torch.randint(4, 60, (2, 9), generator=torch.Generator().manual_seed(4))
@@ -145,7 +163,7 @@ def test_relative_variants_give_the_same_logits_at_any_offset(variant, invariant
 
 
 def test_the_four_terms_sum_to_the_models_own_logits():
-    for variant in ("sinusoidal", "learned", "concat"):
+    for variant in ("sinusoidal", "learned", "concat", "sinusoidal_narrow"):
         model = model_of(variant)
         src = torch.randint(4, 60, (2, 6), generator=torch.Generator().manual_seed(5))
         assert model.logit_split() is None

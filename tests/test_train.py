@@ -212,8 +212,8 @@ def test_a_diverging_run_stops_naming_the_step(tiny_data):
 
 def test_bad_variant_fails_before_training(tiny_data):
     r = run_train(tiny_data, "bad", variant="rotary")
-    assert ("invalid choice: 'rotary' (choose from 'sinusoidal', 'learned', 'concat', 'none', 'rope', "
-            "'alibi', 'relative')") in error_line(r, "train")
+    assert ("invalid choice: 'rotary' (choose from 'sinusoidal', 'learned', 'concat', 'sinusoidal_narrow', 'none', "
+            "'rope', 'alibi', 'relative')") in error_line(r, "train")
 
 
 def test_sentences_longer_than_a_learned_table_fail_before_training(tiny_data):

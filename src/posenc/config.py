@@ -50,8 +50,8 @@ Fraction = Annotated[float, Range(0, 1, high_open=True)]     # a probability bel
 Share = Annotated[float, Range(0, 1, low_open=True)]         # a share of a whole: (0, 1]
 
 # Top-level keys of params.yaml. `variants`, `seeds` and `launcher` are read by dvc.yaml only.
-SECTIONS = ("data", "tokenizer", "model", "positional", "train", "eval", "report", "analyze",
-            "variants", "seeds", "launcher")
+SECTIONS = ("data", "tokenizer", "model", "positional", "train", "eval", "extrapolate", "report",
+            "analyze", "variants", "seeds", "launcher")
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ class ConcatSettings:
 
 
 @dataclass(frozen=True)
+class SinusoidalNarrowSettings:
+    """The control for `concat`: its narrow token table with the full-width sinusoid summed."""
+    dim: Positive                 # width taken from the token table: the same as concat's dim
+
+
+@dataclass(frozen=True)
 class NoneSettings:
     """No position signal at all; nothing to set."""
 
@@ -113,7 +119,7 @@ class RelativeSettings:
 
 
 POSITIONAL = {"sinusoidal": SinusoidalSettings, "learned": LearnedSettings, "concat": ConcatSettings,
-              "none": NoneSettings, "rope": RopeSettings, "alibi": AlibiSettings,
+              "sinusoidal_narrow": SinusoidalNarrowSettings, "none": NoneSettings, "rope": RopeSettings, "alibi": AlibiSettings,
               "relative": RelativeSettings}
 
 
@@ -175,6 +181,14 @@ class EvalConfig:
     max_len_extra: NonNegative    # §6.1: output length at most input length + 50
     batch_tokens: Positive        # source tokens per decoding batch
     threads: Positive
+    max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
+
+
+@dataclass(frozen=True)
+class ExtrapolateConfig:
+    """§3.5's claim, tested: inputs made longer than any in training by joining test sentences."""
+    joins: tuple[Positive, ...]   # k: consecutive sentences (and references) joined into one input
+    splits: tuple[str, ...]       # the test sets joined; each a test split of data.corpus
     max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
 
 

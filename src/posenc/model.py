@@ -227,7 +227,7 @@ class Transformer(nn.Module):
         self.config, self.positional = c, positional
         width = positional.token_dim
         # §3.4: one matrix for both embeddings and the pre-softmax projection, scaled by sqrt(width).
-        # For `concat` the token table is d_model - positional.concat.dim wide; its logits come
+        # For `concat` (and its control) the token table is d_model - dim wide; its logits come
         # from the same slice of the decoder output, so the projection stays tied (see `logits`).
         self.embed = nn.Embedding(c.vocab_size, width, padding_idx=c.pad_id)
         self.scale = math.sqrt(width)

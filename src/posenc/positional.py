@@ -3,8 +3,9 @@
 At the first layer (`Positional`): what is summed into the input. `token_part` widens the token
 embeddings to d_model and `position_part` gives each position a d_model vector, or None. For
 `sinusoidal` and `learned` the two overlap in every dimension (§3.5, Table 3 row (E)); for `concat`
-they occupy separate dimensions (the sum of zero-padded parts *is* the concatenation); `none`,
-`rope`, `alibi` and `relative` add nothing there.
+they occupy separate dimensions (the sum of zero-padded parts *is* the concatenation);
+`sinusoidal_narrow`, the control for `concat`, sums the full sinusoid into concat's narrow,
+zero-padded token table; `none`, `rope`, `alibi` and `relative` add nothing there.
 
 Inside every self-attention (`AttentionPositions`, one module per self-attention, made by
 `Positional.self_attention`): `rotate` queries and keys by position (RoPE), and/or a `bias` on the
@@ -116,6 +117,22 @@ class Concatenated(Positional):
 
     def position_part(self, positions):
         return F.pad(self.table(positions), (self.token_dim, 0))
+
+
+class NarrowSummed(Positional):
+    """The control for `concat`: concat's token table (d_model - dim wide, so the same tied output
+    projection), zero-padded to d_model, with the full-width sinusoid of §3.5 *added*. Against
+    `sinusoidal` it changes only the table's width; against `concat` only sum versus concatenation."""
+
+    def __init__(self, d_model: int, dim: int):
+        super().__init__()
+        self.table, self.token_dim = SinusoidalTable(d_model), d_model - dim
+
+    def token_part(self, tokens):
+        return F.pad(tokens, (0, self.table.dim - self.token_dim))
+
+    def position_part(self, positions):
+        return self.table(positions)
 
 
 class InAttention(Positional):
@@ -235,6 +252,7 @@ VARIANTS: dict[str, Callable[[ModelConfig], Positional]] = {
     "learned": lambda c: Summed(LearnedTable(c.d_model, c.position.max_positions)),
     "concat": lambda c: Concatenated(_table(c.position.kind, c.position.dim, c.position.max_positions),
                                      c.d_model),
+    "sinusoidal_narrow": lambda c: NarrowSummed(c.d_model, c.position.dim),
     "none": lambda c: InAttention(c.d_model),
     "rope": lambda c: InAttention(c.d_model, lambda: Rotary(c.d_model // c.heads, c.position.base)),
     "alibi": lambda c: InAttention(c.d_model, lambda: ALiBi(c.heads)),
@@ -252,7 +270,10 @@ def check(c: ModelConfig, where: str = "params.yaml") -> None:
         if s.kind == "sinusoidal" and s.dim % 2:
             raise UserError(f"{where}: positional.concat.dim ({s.dim}) must be even for a "
                             f"sinusoidal table (sin and cos pairs)")
-    if c.positional == "sinusoidal" and c.d_model % 2:
+    if c.positional == "sinusoidal_narrow" and not s.dim < c.d_model:
+        raise UserError(f"{where}: positional.sinusoidal_narrow.dim ({s.dim}) must be below "
+                        f"model.d_model ({c.d_model}): the token part needs a width")
+    if c.positional in ("sinusoidal", "sinusoidal_narrow") and c.d_model % 2:
         raise UserError(f"{where}: model.d_model ({c.d_model}) must be even for the sinusoidal "
                         f"table (sin and cos pairs)")
     if c.positional == "rope" and d_head % 2:

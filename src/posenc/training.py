@@ -35,7 +35,7 @@ from posenc.corpora import Corpus as CorpusSpec
 from posenc.errors import UserError
 from posenc.flops import FlopMeter
 from posenc.model import build_model, check_lengths, count_parameters
-from posenc.scoring import corpus_nll, perplexity
+from posenc.perplexity import corpus_nll, perplexity
 
 TRAIN_LOG_HEADER = ["step", "lr", "loss", "tokens"]
 DEV_LOG_HEADER = ["step", "dev_loss", "dev_ppl"]

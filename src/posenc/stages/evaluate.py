@@ -22,7 +22,8 @@ from posenc.corpora import SRC, TGT, Corpus
 from posenc.decode import translate
 from posenc.model import check_lengths, count_parameters
 from posenc.runs import hypothesis_path
-from posenc.scoring import corpus_nll, perplexity, read_references, score
+from posenc.perplexity import corpus_nll, perplexity
+from posenc.scoring import read_references, score
 
 
 def evaluate(model, last, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,

@@ -20,7 +20,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from posenc import files
-from posenc.corpora import MIRROR_ENV, MULTI30K_URL, SRC, TGT, Corpus, Split
+from posenc.corpora import SRC, TGT, Corpus
+from posenc.downloads import MIRROR_ENV, MULTI30K_URL, SOURCES, CorpusSource, Source
 from posenc.errors import UserError
 
 LANGS = (SRC, TGT)
@@ -35,21 +36,22 @@ def fetch(corpus: Corpus, out_dir: Path, mirror: Path | None, max_train_pairs: i
     tmp = out_dir.parent / f".{out_dir.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    counts = {}
+    counts, sources = {}, SOURCES[corpus.name]
     try:
         for split in corpus.splits:
+            source = sources.splits[split.name]
             if mirror is not None:
-                parts = _read_mirror(mirror, split)
-            elif corpus.source == "multi30k":
-                parts = [_download_multi30k(multi30k_url, split)]
+                parts = _read_mirror(mirror, source)
+            elif sources.kind == "multi30k":
+                parts = [_download_multi30k(multi30k_url, split.name)]
             else:
-                parts = [_download_hf(corpus, split)]
+                parts = [_download_hf(sources, split.name, source)]
             # Each file (pair) is checked on its own, so that an error names the file at fault.
             lines = {lang: [] for lang in LANGS}
             for raw, where in parts:
-                if split.sha256 is not None:
+                if source.sha256 is not None:
                     for lang in LANGS:
-                        _verify(where[lang], raw[lang], split.sha256[lang])
+                        _verify(where[lang], raw[lang], source.sha256[lang])
                 part = {lang: files.split_lines(_decode(where[lang], raw[lang])) for lang in LANGS}
                 if len(part[SRC]) != len(part[TGT]):
                     raise UserError(f"{where[SRC]} has {len(part[SRC])} lines but {where[TGT]} has "
@@ -87,9 +89,9 @@ def _clean_pairs(src: list[str], tgt: list[str], where: str, max_pairs: int | No
     return pairs
 
 
-def _read_mirror(mirror: Path, split: Split) -> list[tuple[dict[str, bytes], dict[str, str]]]:
-    """(bytes, path) per language for each file pair of `split` (a glob may match several)."""
-    stem = str(mirror / split.mirror)
+def _read_mirror(mirror: Path, source: Source) -> list[tuple[dict[str, bytes], dict[str, str]]]:
+    """(bytes, path) per language for each file pair of a split (a glob may match several)."""
+    stem = str(mirror / source.mirror)
     # Stems of either language, so that a file without its other side is named below.
     stems = sorted({p.rsplit(".", 1)[0] for lang in LANGS for p in glob.glob(f"{stem}.{lang}")}
                    or {stem}) if "*" in stem else [stem]
@@ -104,10 +106,10 @@ def _read_mirror(mirror: Path, split: Split) -> list[tuple[dict[str, bytes], dic
     return parts
 
 
-def _download_multi30k(base_url: str, split: Split) -> tuple[dict[str, bytes], dict[str, str]]:
+def _download_multi30k(base_url: str, name: str) -> tuple[dict[str, bytes], dict[str, str]]:
     raw, where = {}, {}
     for lang in LANGS:
-        url = f"{base_url}/{split.name}.{lang}.gz"
+        url = f"{base_url}/{name}.{lang}.gz"
         try:
             with urllib.request.urlopen(url, timeout=60) as response:
                 raw[lang] = gzip.decompress(response.read())
@@ -118,28 +120,29 @@ def _download_multi30k(base_url: str, split: Split) -> tuple[dict[str, bytes], d
     return raw, where
 
 
-def _download_hf(corpus: Corpus, split: Split) -> tuple[dict[str, bytes], dict[str, str]]:
+def _download_hf(sources: CorpusSource, name: str,
+                 source: Source) -> tuple[dict[str, bytes], dict[str, str]]:
     import datasets  # heavy; only the real WMT14 download needs it
 
-    path, config = corpus.hf_name
+    path, config = sources.hf_name
     try:
-        ds = datasets.load_dataset(path, config, split=split.hf_split)
+        ds = datasets.load_dataset(path, config, split=source.hf_split)
     except Exception as e:  # network and hub errors come in many types
-        raise UserError(f"HF datasets {path}/{config} [{split.hf_split}]: download failed "
+        raise UserError(f"HF datasets {path}/{config} [{source.hf_split}]: download failed "
                         f"({type(e).__name__}); retry, or set {MIRROR_ENV} to a local mirror") from None
     lines = {lang: [] for lang in LANGS}
-    for example in tqdm(ds, desc=f"read {split.name}", unit=" pairs", mininterval=5):
+    for example in tqdm(ds, desc=f"read {name}", unit=" pairs", mininterval=5):
         for lang in LANGS:
             lines[lang].append(example["translation"][lang].replace("\n", " "))
     raw = {lang: "".join(s + "\n" for s in lines[lang]).encode("utf-8") for lang in LANGS}
-    return raw, {lang: f"hf:{path}/{config}/{split.hf_split}.{lang}" for lang in LANGS}
+    return raw, {lang: f"hf:{path}/{config}/{source.hf_split}.{lang}" for lang in LANGS}
 
 
 def _verify(where: str, data: bytes, expected: str) -> None:
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise UserError(f"{where}: SHA-256 {actual} does not match the pinned {expected} "
-                        f"(posenc/corpora.py); the file is corrupt or another version: fetch it again")
+                        f"(posenc/downloads.py); the file is corrupt or another version: fetch it again")
 
 
 def _decode(where: str, data: bytes) -> str:
