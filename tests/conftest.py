@@ -86,6 +86,19 @@ def tiny_model(tiny_data) -> Path:
     return tiny_data / "evalm/model.pt"
 
 
+@pytest.fixture(scope="session")
+def evaluated(tiny_data, tiny_model) -> Path:
+    """The hypotheses that `evaluate` wrote for the tiny model (the first 100 lines of each split),
+    beside its metrics.json and scores.json in tiny_data/evalm."""
+    r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
+               "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
+               "--metrics", "evalm/metrics.json", "--scores", "evalm/scores.json",
+               "--signatures", "evalm/signatures.json", "--hyps", "evalm/hyps", cwd=tiny_data)
+    assert r.returncode == 0, r.stderr
+    return tiny_data / "evalm/hyps"
+
+
 @pytest.fixture
 def copy_mirror(tmp_path, mirror) -> Path:
     """A writable copy of the mirror's Multi30k part, to damage in bad-input tests."""

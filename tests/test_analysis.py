@@ -92,3 +92,16 @@ def test_a_shuffled_source_changes_nothing_for_an_encoder_that_ignores_order():
         a = translate(model, sources, 2, 0.6, 6, 1000)
         b = translate(model, permuted, 2, 0.6, 6, 1000)
         assert (a == b) is same, variant
+
+
+def test_measurements_over_seeds_keep_what_every_seed_agrees_on():
+    from posenc.stages.analyze import fmt, mean, over_seeds
+
+    one = {"where": "first layer", "dims": 128, "share": 0.25, "variance": [1.0, 3.0]}
+    two = {"where": "first layer", "dims": 128, "share": 0.35, "variance": [3.0, 5.0]}
+    combined = over_seeds([one, two])
+    assert combined["where"] == "first layer" and combined["dims"] == 128
+    assert combined["share"] == {"seed_mean": 0.3, "seed_std": 0.0707, "per_seed": [0.25, 0.35]}
+    assert combined["variance"] == [2.0, 4.0]
+    assert mean(combined["share"]) == 0.3 and fmt(combined["share"], 2) == "0.30 ± 0.07"
+    assert fmt(combined["dims"]) == "128" and over_seeds([one]) == one

@@ -12,7 +12,8 @@ from posenc.errors import UserError
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = {"data": config.DataConfig, "tokenizer": config.TokenizerConfig,
             "train": config.TrainConfig, "eval": config.EvalConfig,
-            "report": config.ReportConfig, "analyze": config.AnalyzeConfig}
+            "extrapolate": config.ExtrapolateConfig, "report": config.ReportConfig,
+            "analyze": config.AnalyzeConfig}
 IDS = dict(positional="sinusoidal", position=config.SinusoidalSettings(), vocab_size=100, pad_id=0,
            bos_id=2, eos_id=3)
 
@@ -25,9 +26,13 @@ def test_every_profile_loads_into_every_section(profile):
     model = config.load(path, "model", ModelConfig, **IDS)
     assert model.d_model % model.heads == 0
     variants = config.load_list(path, "variants", str)
-    assert variants == tuple(config.POSITIONAL)  # all seven, in the registry's order
-    for variant in variants:
+    if profile != "profiles/tiny.yaml":  # the tiny profile runs five (its header says why)
+        assert variants == tuple(config.POSITIONAL)  # all eight, in the registry's order
+    for variant in config.POSITIONAL:  # every profile sets every variant's settings
         assert isinstance(config.load_positional(path, variant), config.POSITIONAL[variant])
+    # the control for concat has concat's narrow token table
+    assert (config.load_positional(path, "sinusoidal_narrow").dim
+            == config.load_positional(path, "concat").dim)
 
 
 def test_the_two_registries_name_the_same_variants():
@@ -158,7 +163,7 @@ def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
     (tmp_path / "params.yaml").write_text(text)
     r = subprocess.run([sys.executable, "-m", "posenc", "report", *[a for o in (
         "--runs", "--models", "--raw", "--lock", "--table-md", "--table-json", "--table-csv",
-        "--by-length-csv", "--curves-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
+        "--by-length-csv", "--curves-csv", "--extrapolation-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
         capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr == "posenc report: error: params.yaml: seeds: 1 is listed twice; list each value once\n"

@@ -124,9 +124,10 @@ def test_the_run_layout_in_dvc_yaml_is_the_librarys():
     runs_dir = re.search(r"--runs (\S+)", STAGES["report"]["cmd"]).group(1)
     where = runs.result_dir(Path(runs_dir), *item)
     outs = [next(iter(o)) for o in STAGES["evaluate"]["outs"]]
-    assert outs == [(where / runs.HYPS).as_posix(), (where / runs.SIGNATURES).as_posix()]
+    assert outs == [(where / f).as_posix() for f in (runs.HYPS, runs.SCORES, runs.SIGNATURES)]
     assert [next(iter(m)) for m in STAGES["evaluate"]["metrics"]] == [(where / runs.METRICS).as_posix()]
     assert f"--hyps {where / runs.HYPS}" in STAGES["evaluate"]["cmd"]
+    assert [next(iter(o)) for o in STAGES["extrapolate"]["outs"]] == [(where / runs.EXTRAPOLATION).as_posix()]
 
 
 def test_only_flat_numeric_files_are_metrics():

@@ -19,7 +19,8 @@ from conftest import error_line, posenc
 def evaluate(work: Path, model: str):
     return posenc("evaluate", "--seed", "1", "--model", model, "--last", model, "--spm", "data/prepared/spm.model",
                   "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
-                  "--metrics", "out/metrics.json", "--signatures", "out/signatures.json",
+                  "--metrics", "out/metrics.json", "--scores", "out/scores.json",
+                  "--signatures", "out/signatures.json",
                   "--hyps", "out/hyps", cwd=work)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.server
+import json
+import shutil
 import threading
 from functools import partial
 from pathlib import Path
@@ -16,7 +18,7 @@ from posenc import corpora, downloads
 from posenc.errors import UserError
 from posenc.stages.fetch import fetch
 
-from conftest import TINY, posenc
+from conftest import MIRROR, TINY, posenc
 
 
 def _sha(path: Path) -> str:
@@ -33,7 +35,7 @@ def test_multi30k_from_the_mirror_keeps_references_byte_for_byte(tmp_path, mirro
 
 
 def test_wmt14_from_the_mirror(tmp_path, mirror):
-    counts = fetch(corpora.get("wmt14"), tmp_path / "raw", mirror, None, 1)
+    counts = fetch(corpora.get("wmt14"), tmp_path / "raw", mirror, 20_000, 1)
     assert counts["newstest2013"] == 3000 and counts["newstest2014"] == 3003
     # the mirror's two 10k training samples, empty pairs dropped
     assert 19_000 < counts["train"] <= 20_000
@@ -112,10 +114,19 @@ def test_missing_file(tmp_path, copy_mirror):
     _fails(tmp_path, copy_mirror, "test_2017_mscoco.de: missing from the mirror")
 
 
-def _wmt_training_files(mirror: Path, **files: bytes) -> None:
-    """WMT14 training text in the mirror (train-*.{en,de}): an aligned file pair, and `files`."""
+def _wmt_test_sets(mirror: Path) -> Path:
+    """The real WMT14 dev and test sets in a writable mirror (fetch checks them first)."""
     wmt = mirror / "wmt14-en-de"
     wmt.mkdir()
+    for name in ("newstest2013", "newstest2014"):
+        for lang in ("en", "de"):
+            shutil.copy(MIRROR / "wmt14-en-de" / f"{name}.{lang}", wmt)
+    return wmt
+
+
+def _wmt_training_files(mirror: Path, **files: bytes) -> None:
+    """WMT14 training text in the mirror (train-*.{en,de}): an aligned file pair, and `files`."""
+    wmt = _wmt_test_sets(mirror)
     (wmt / "train-a.en").write_text("one\ntwo\n")
     (wmt / "train-a.de").write_text("eins\nzwei\n")
     for name, data in files.items():
@@ -150,8 +161,7 @@ def test_not_utf8(tmp_path, copy_mirror):
 
 
 def test_empty_training_set(tmp_path, copy_mirror):
-    wmt = copy_mirror / "wmt14-en-de"
-    wmt.mkdir()
+    wmt = _wmt_test_sets(copy_mirror)
     (wmt / "train-a.en").write_text("  \n\n")
     (wmt / "train-a.de").write_text("x\n\n")
     with pytest.raises(UserError, match="no non-empty pairs"):
@@ -177,3 +187,98 @@ def test_a_failed_fetch_keeps_the_previous_output(tmp_path, copy_mirror, mirror)
     with pytest.raises(UserError):
         fetch(corpora.get("multi30k"), out, copy_mirror, None, 1)
     assert (out / "train.en").read_bytes() == before
+
+
+# WMT14: the mirror never stands in silently for the corpus, and the official path, offline.
+def test_the_mirrors_sample_is_refused_unless_a_subset_is_asked_for(tmp_path, mirror):
+    with pytest.raises(UserError, match=r"train-sample-10k\.en: 20,000 training pairs, but wmt14 has "
+                                        r"4,508,785 \(posenc/downloads.py\): this source holds a sample\. "
+                                        r"Set data.max_train_pairs"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", mirror, None, 1)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_the_record_names_the_source_of_unpinned_text_only(tmp_path, mirror, loopback):
+    fetch(corpora.get("wmt14"), tmp_path / "wmt", mirror, 20_000, 1)
+    record = json.loads((tmp_path / "wmt" / "fetch.json").read_text())
+    train = record["splits"]["train"]
+    assert train["origin"] == "mirror: wmt14-en-de/train-*" and train["read"] == 20_000
+    assert train["known"] == 4_508_785 and train["subset"] == 20_000 and 19_000 < train["pairs"] <= 20_000
+    assert record["splits"]["newstest2014"] == {"pairs": 3003}
+    # Multi30k is pinned throughout: the record, and so data/raw's hash, is the same from any source
+    url, _ = loopback
+    fetch(corpora.get("multi30k"), tmp_path / "a", mirror, None, 1)
+    fetch(corpora.get("multi30k"), tmp_path / "b", None, None, 1, multi30k_url=url)
+    assert (tmp_path / "a/fetch.json").read_bytes() == (tmp_path / "b/fetch.json").read_bytes()
+
+
+class FakeTestSet:
+    """sacreBLEU's dataset interface over two local files (no download)."""
+
+    def __init__(self, src: Path, ref: Path, fail: bool = False):
+        self.src, self.ref, self.fail = src, ref, fail
+
+    def process_to_text(self, pair):
+        assert pair == "en-de"
+        if self.fail:
+            raise SystemExit(1)  # what sacreBLEU does when a download fails
+
+    def get_source_file(self, pair):
+        return str(self.src)
+
+    def get_reference_files(self, pair):
+        return [str(self.ref)]
+
+
+@pytest.fixture
+def official_wmt14(monkeypatch, mirror):
+    """The WMT14 path without a network: sacreBLEU's test sets served from the mirror's files, and
+    HF `datasets` returning a small local dataset in the format load_dataset returns."""
+    import datasets
+    from sacrebleu.dataset import DATASETS
+
+    wmt = mirror / "wmt14-en-de"
+    monkeypatch.setitem(DATASETS, "wmt13", FakeTestSet(wmt / "newstest2013.en", wmt / "newstest2013.de"))
+    monkeypatch.setitem(DATASETS, "wmt14/full", FakeTestSet(wmt / "newstest2014.en", wmt / "newstest2014.de"))
+    rows = [{"de": "  Erster Satz. ", "en": "First sentence. "}, {"de": "", "en": "no German"},
+            {"de": "Zweiter\nSatz.", "en": "Second sentence."}, {"de": "Dritter.", "en": "Third."}]
+    calls = []
+
+    def load_dataset(path, config, split):
+        calls.append((path, config, split))
+        return datasets.Dataset.from_dict({"translation": rows})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def test_wmt14_through_sacrebleu_and_hf_datasets(tmp_path, official_wmt14, mirror):
+    counts = fetch(corpora.get("wmt14"), tmp_path / "raw", None, 10, 1)
+    assert official_wmt14 == [("wmt14", "de-en", "train")]
+    assert counts == {"train": 3, "newstest2013": 3000, "newstest2014": 3003}
+    # row order kept, sides stripped, the pair with an empty side dropped, a line break made a space
+    assert (tmp_path / "raw/train.en").read_text() == "First sentence.\nSecond sentence.\nThird.\n"
+    assert (tmp_path / "raw/train.de").read_text() == "Erster Satz.\nZweiter Satz.\nDritter.\n"
+    assert _sha(tmp_path / "raw/newstest2013.de") == _sha(mirror / "wmt14-en-de/newstest2013.de")
+    train = json.loads((tmp_path / "raw/fetch.json").read_text())["splits"]["train"]
+    assert train["origin"] == "hf: wmt14/de-en [train]" and train["read"] == 4 and train["pairs"] == 3
+
+
+def test_a_bad_test_set_checksum_stops_before_the_training_download(tmp_path, official_wmt14, monkeypatch):
+    from sacrebleu.dataset import DATASETS
+
+    bad = tmp_path / "newstest2014.de"
+    bad.write_text("not the reference\n")
+    monkeypatch.setitem(DATASETS, "wmt14/full", FakeTestSet(DATASETS["wmt14/full"].src, bad))
+    with pytest.raises(UserError, match=r"newstest2014.de: SHA-256 \w+ does not match the pinned ae5d1104"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", None, 10, 1)
+    assert official_wmt14 == [] and not (tmp_path / "raw").exists()
+
+
+def test_a_failed_sacrebleu_download_is_one_line(tmp_path, official_wmt14, monkeypatch, mirror):
+    from sacrebleu.dataset import DATASETS
+
+    monkeypatch.setitem(DATASETS, "wmt13", FakeTestSet(Path("x"), Path("y"), fail=True))
+    with pytest.raises(UserError, match=r"^sacreBLEU test set wmt13 \(en-de\): download failed \(SystemExit\); "
+                                        r"retry, or set POSENC_DATA_MIRROR to a local mirror$"):
+        fetch(corpora.get("wmt14"), tmp_path / "raw", None, 10, 1)

@@ -217,7 +217,7 @@ def test_bad_variant_fails_before_training(tiny_data):
 
 
 def test_sentences_longer_than_a_learned_table_fail_before_training(tiny_data):
-    params = with_params(tiny_data, "short.yaml", **{"max_positions: 256": "max_positions: 20"})
+    params = with_params(tiny_data, "short.yaml", **{"max_positions: 512": "max_positions: 20"})
     r = run_train(tiny_data, "short", params=params, variant="learned")
     line = error_line(r, "train")
     assert "data/prepared/arrays/train.en.npy: sentence " in line

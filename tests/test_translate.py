@@ -6,22 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
-from conftest import MIRROR, error_line, posenc
-
-
-@pytest.fixture(scope="module")
-def evaluated(tiny_data, tiny_model) -> Path:
-    """The hypotheses that `evaluate` wrote for the tiny model (the first 100 lines of each split)."""
-    r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
-               "--spm", "data/prepared/spm.model",
-               "--arrays", "data/prepared/arrays", "--raw", "data/raw/multi30k",
-               "--metrics", "evalm/metrics.json", "--signatures", "evalm/signatures.json",
-               "--hyps", "evalm/hyps", cwd=tiny_data)
-    assert r.returncode == 0, r.stderr
-    return tiny_data / "evalm/hyps"
+from conftest import MIRROR, error_line
 
 
 def translate(work: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess:

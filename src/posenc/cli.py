@@ -32,16 +32,23 @@ STAGES = {
         "--last": "last checkpoint's model: dev perplexity and dev BLEU (Table 3's protocol)",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",
         "--raw": "directory with the untouched references",
-        "--metrics": "metrics JSON to write (numbers only)",
+        "--metrics": "metrics JSON to write (parameters, dev PPL, sacreBLEU; numbers only)",
+        "--scores": "JSON of chrF and tok+compound-split BLEU to write",
         "--signatures": "JSON of the run's variant, seed and sacreBLEU signatures to write",
         "--hyps": "directory for the hypothesis files"}),
-    "report": ("posenc.stages.report", "the Table 3 table, significance, provenance and figures", {
+    "extrapolate": ("posenc.stages.extrapolate", "translate test sets joined k sentences at a time (§3.5)", {
+        "--seed": "the seed the model was trained with (int)",
+        "--model": "averaged model (the test sets' protocol)", "--spm": "SentencePiece model",
+        "--arrays": "encoded splits (the longest training sentence)", "--raw": "the untouched test sets",
+        "--out": "JSON of BLEU per test set and k to write"}),
+    "report": ("posenc.stages.report", "the Table 3 table over seeds, the seed-aware test, extrapolation, provenance, figures", {
         "--runs": "directory of per-run results (metrics.json, hyps/)",
         "--models": "directory of trained models (their dev logs)", "--raw": "references",
         "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
         "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
         "--table-csv": "CSV table to write", "--by-length-csv": "BLEU by source length, CSV to write",
         "--curves-csv": "every run's dev perplexity by update, CSV to write (the DVC plot)",
+        "--extrapolation-csv": "BLEU by k per variant and test set, CSV to write",
         "--figures": "directory for the PNG figures"}),
     "analyze": ("posenc.stages.analyze", "measure the conjectures of the sum-versus-concat debate", {
         "--models": "directory of trained models", "--spm": "SentencePiece model",

@@ -1,5 +1,6 @@
 """Where one run's files are: the rules behind dvc.yaml's `models/<variant>-<seed>/` and
-`results/runs/<variant>-<seed>/{metrics.json, signatures.json, hyps/<split>.de}`. dvc.yaml
+`results/runs/<variant>-<seed>/{metrics.json, scores.json, signatures.json, hyps/<split>.de,
+extrapolation.json}`. dvc.yaml
 writes the top directories and hands them to the stages; a stage that reads every run (report,
 analyze) finds each run's files here (tests/test_dvc.py checks that the two agree)."""
 
@@ -10,7 +11,8 @@ from pathlib import Path
 from posenc.corpora import TGT
 
 MODEL, DEV_LOG = "model.pt", "dev_log.tsv"
-METRICS, SIGNATURES, HYPS = "metrics.json", "signatures.json", "hyps"
+METRICS, SCORES, SIGNATURES, HYPS = "metrics.json", "scores.json", "signatures.json", "hyps"
+EXTRAPOLATION = "extrapolation.json"   # the extrapolate stage's, beside the evaluate stage's
 
 
 def run_name(variant: str, seed: int) -> str:
@@ -27,8 +29,11 @@ def dev_log_path(models: Path, variant: str, seed: int) -> Path:
 
 
 def result_dir(runs: Path, variant: str, seed: int) -> Path:
-    """results/runs/<variant>-<seed>: metrics.json (numbers only: DVC's metrics), signatures.json
-    (the run's variant, seed and sacreBLEU signatures) and hyps/."""
+    """results/runs/<variant>-<seed>: metrics.json (DVC's metrics: parameters, dev PPL and
+    sacreBLEU per split, numbers only, so that `dvc metrics show` fits a terminal), scores.json
+    (chrF and tok+compound-split BLEU per split), signatures.json (the run's variant, seed and
+    sacreBLEU signatures) and hyps/ from `evaluate`;
+    extrapolation.json from `extrapolate`."""
     return Path(runs) / run_name(variant, seed)
 
 

@@ -5,8 +5,9 @@ checkpoint averaging" (§6.2): the last checkpoint. The test sets are scored wit
 the last checkpoints, as for Table 2 (§6.1). The train stage writes both models.
 
 Hypotheses are decoded from SentencePiece back to text and scored with sacreBLEU against the
-untouched references from data/raw (BLEU and chrF, with their signatures). Dev perplexity is per
-wordpiece, teacher-forced, without label smoothing: Table 3's PPL column.
+untouched references from data/raw (BLEU and chrF, with their signatures), the primary figures;
+beside them the paper's own kind of BLEU, tokenized and compound-split (posenc.scoring). Dev
+perplexity is per wordpiece, teacher-forced, without label smoothing: Table 3's PPL column.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from posenc.decode import translate
 from posenc.model import check_lengths, count_parameters
 from posenc.runs import hypothesis_path
 from posenc.perplexity import corpus_nll, perplexity
-from posenc.scoring import read_references, score
+from posenc.scoring import compound_split_bleu, read_references, score
 
 
 def evaluate(model, last, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays: Path, raw_dir: Path,
@@ -41,15 +42,18 @@ def evaluate(model, last, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays
     dev_tgt = read[tokens.array_path(arrays, corpus.dev, TGT)]
     nll, count = corpus_nll(last, dev_src, dev_tgt, cfg.batch_tokens, device)
     metrics = {"parameters": count_parameters(model), "dev_ppl": round(perplexity(nll, count), 4)}
-    metrics["bleu"], metrics["chrf"], hypotheses = {}, {}, {}
+    metrics.update(bleu={}, chrf={}, bleu_tok={})
+    hypotheses = {}
     for split in corpus.scored:
         src = read[tokens.array_path(arrays, split, SRC)]
         which = last if split == corpus.dev else model
         out = translate(which, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
         hypotheses[split] = [sp.decode(ids) for ids in out]
-        result = score(hypotheses[split], read_references(raw_dir, split, limit))
+        references = read_references(raw_dir, split, limit)
+        result = score(hypotheses[split], references)
         metrics["bleu"][split], metrics["chrf"][split] = result["bleu"], result["chrf"]
+        metrics["bleu_tok"][split] = compound_split_bleu(hypotheses[split], references)
         metrics["signature"] = {"bleu": result["bleu_signature"], "chrf": result["chrf_signature"]}
     return metrics, hypotheses
 
@@ -65,10 +69,13 @@ def run(args) -> None:
     for split, lines in hypotheses.items():
         files.write_lines(hypothesis_path(Path(args.hyps), split), lines)
     # DVC's metrics file holds numbers only, one flat key each (`dvc metrics show` is a table of
-    # them); what names the run and how it was scored goes beside it.
+    # them): the Table 3 figures, so that the table fits a terminal; the secondary scores and
+    # what names the run and how it was scored go beside it.
     files.write_json(args.signatures, {"variant": model.config.positional, "seed": args.seed,
                                        **metrics.pop("signature")})
     files.write_json(args.metrics, {"parameters": metrics["parameters"], "dev_ppl": metrics["dev_ppl"],
-                                    **{f"{m}_{split}": v for m in ("bleu", "chrf") for split, v in metrics[m].items()}})
+                                    **{f"bleu_{split}": v for split, v in metrics["bleu"].items()}})
+    files.write_json(args.scores, {f"{m}_{split}": v for m in ("chrf", "bleu_tok")
+                                   for split, v in metrics[m].items()})
     print(f"evaluate: {model.config.positional} seed {args.seed}: dev PPL {metrics['dev_ppl']:.2f}, "
           + ", ".join(f"{k} BLEU {v}" for k, v in metrics["bleu"].items()))

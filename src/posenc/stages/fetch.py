@@ -1,8 +1,11 @@
 """Stage `fetch`: get a corpus from the mirror or the official source, verify it, write data/raw.
 
-Output: <out>/<split>.en and <out>/<split>.de, UTF-8, aligned line by line. Dev and test files are
-copied byte for byte (BLEU is scored against them); training pairs are stripped, empty pairs
-dropped, and optionally a seeded subset is taken.
+Output: <out>/<split>.en and <out>/<split>.de, UTF-8, aligned line by line, and <out>/fetch.json,
+the record of what was fetched. Dev and test files are copied byte for byte (BLEU is scored
+against them) and checked against their pinned hashes first, before any training text is read:
+a wrong checksum stops the stage before the large download. Training pairs are stripped, empty
+pairs dropped, and optionally a seeded subset is taken. A training set much smaller than the
+corpus's known size (a mirror's sample) is refused unless data.max_train_pairs asks for a subset.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from tqdm import tqdm
 
 from posenc import files
 from posenc.corpora import SRC, TGT, Corpus
-from posenc.downloads import MIRROR_ENV, MULTI30K_URL, SOURCES, CorpusSource, Source
+from posenc.downloads import MIRROR_ENV, MULTI30K_URL, RECORD, SOURCES, CorpusSource, Source, read_record
 from posenc.errors import UserError
 
 LANGS = (SRC, TGT)
+SAMPLE = 0.9  # below this share of the known size, a training set is a sample, not the corpus
 
 
 def fetch(corpus: Corpus, out_dir: Path, mirror: Path | None, max_train_pairs: int | None,
@@ -36,16 +40,20 @@ def fetch(corpus: Corpus, out_dir: Path, mirror: Path | None, max_train_pairs: i
     tmp = out_dir.parent / f".{out_dir.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    counts, sources = {}, SOURCES[corpus.name]
+    counts, record, sources = {}, {}, SOURCES[corpus.name]
     try:
-        for split in corpus.splits:
+        # Dev and test first: their pinned hashes are checked before the training text is read.
+        for split in sorted(corpus.splits, key=lambda s: s.role == "train"):
             source = sources.splits[split.name]
             if mirror is not None:
-                parts = _read_mirror(mirror, source)
+                parts, origin = _read_mirror(mirror, source), f"mirror: {source.mirror}"
             elif sources.kind == "multi30k":
-                parts = [_download_multi30k(multi30k_url, split.name)]
+                parts, origin = [_download_multi30k(multi30k_url, split.name)], "multi30k/dataset"
+            elif source.sacrebleu is not None:
+                parts, origin = [_download_sacrebleu(source.sacrebleu)], f"sacrebleu: {source.sacrebleu}"
             else:
                 parts = [_download_hf(sources, split.name, source)]
+                origin = f"hf: {'/'.join(sources.hf_name)} [{source.hf_split}]"
             # Each file (pair) is checked on its own, so that an error names the file at fault.
             lines = {lang: [] for lang in LANGS}
             for raw, where in parts:
@@ -58,23 +66,35 @@ def fetch(corpus: Corpus, out_dir: Path, mirror: Path | None, max_train_pairs: i
                                     f"{len(part[TGT])}; the two sides must be aligned line by line")
                 for lang in LANGS:
                     lines[lang] += part[lang]
+            # Pinned files are the same bytes from any source, so the record names the source
+            # only for what is not pinned (the record, and so data/raw's hash, stays the same).
+            entry = {"pairs": len(lines[SRC])} if source.sha256 else {"origin": origin, "read": len(lines[SRC])}
             if split.role == "train":
                 named = ", ".join(where[SRC] for _, where in parts)
                 pairs = _clean_pairs(lines[SRC], lines[TGT], named, max_train_pairs, subset_seed)
+                if sources.train_pairs and max_train_pairs is None and len(pairs) < SAMPLE * sources.train_pairs:
+                    raise UserError(f"{named}: {len(pairs):,} training pairs, but {corpus.name} has "
+                                    f"{sources.train_pairs:,} (posenc/downloads.py): this source holds a "
+                                    f"sample. Set data.max_train_pairs to train on a subset knowingly, "
+                                    f"or unset {MIRROR_ENV} to download the corpus")
                 for i, lang in enumerate(LANGS):
                     files.write_lines(tmp / f"{split.name}.{lang}", [p[i] for p in pairs])
                 counts[split.name] = len(pairs)
+                entry.update(pairs=len(pairs), known=sources.train_pairs, subset=max_train_pairs)
             else:
                 for lang in LANGS:  # references stay byte for byte what was verified
                     files.write_bytes(tmp / f"{split.name}.{lang}",
                                       b"".join(raw[lang] for raw, _ in parts))
                 counts[split.name] = len(lines[SRC])
+            record[split.name] = entry
+        files.write_json(tmp / RECORD, {"corpus": corpus.name,
+                                        "splits": {s.name: record[s.name] for s in corpus.splits}})
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return counts
+    return {s.name: counts[s.name] for s in corpus.splits}
 
 
 def _clean_pairs(src: list[str], tgt: list[str], where: str, max_pairs: int | None,
@@ -120,6 +140,21 @@ def _download_multi30k(base_url: str, name: str) -> tuple[dict[str, bytes], dict
     return raw, where
 
 
+def _download_sacrebleu(name: str) -> tuple[dict[str, bytes], dict[str, str]]:
+    """A WMT test set as sacreBLEU delivers it (its en-de source and reference, text per line)."""
+    from sacrebleu.dataset import DATASETS
+
+    pair = f"{SRC}-{TGT}"
+    try:
+        dataset = DATASETS[name]
+        dataset.process_to_text(pair)
+        where = {SRC: dataset.get_source_file(pair), TGT: dataset.get_reference_files(pair)[0]}
+        return {lang: Path(p).read_bytes() for lang, p in where.items()}, where
+    except (Exception, SystemExit) as e:  # sacreBLEU exits on a failed download
+        raise UserError(f"sacreBLEU test set {name} ({pair}): download failed ({type(e).__name__}); "
+                        f"retry, or set {MIRROR_ENV} to a local mirror") from None
+
+
 def _download_hf(sources: CorpusSource, name: str,
                  source: Source) -> tuple[dict[str, bytes], dict[str, str]]:
     import datasets  # heavy; only the real WMT14 download needs it
@@ -130,12 +165,18 @@ def _download_hf(sources: CorpusSource, name: str,
     except Exception as e:  # network and hub errors come in many types
         raise UserError(f"HF datasets {path}/{config} [{source.hf_split}]: download failed "
                         f"({type(e).__name__}); retry, or set {MIRROR_ENV} to a local mirror") from None
+    where = {lang: f"hf:{path}/{config}/{source.hf_split}.{lang}" for lang in LANGS}
+    return hf_rows_to_text(tqdm(ds, desc=f"read {name}", unit=" pairs", mininterval=5)), where
+
+
+def hf_rows_to_text(rows) -> dict[str, bytes]:
+    """HF's `translation` rows ({"de": ..., "en": ...}), in order, as one UTF-8 line per row and
+    language; a line break inside a segment becomes a space so that the sides stay aligned."""
     lines = {lang: [] for lang in LANGS}
-    for example in tqdm(ds, desc=f"read {name}", unit=" pairs", mininterval=5):
+    for example in rows:
         for lang in LANGS:
             lines[lang].append(example["translation"][lang].replace("\n", " "))
-    raw = {lang: "".join(s + "\n" for s in lines[lang]).encode("utf-8") for lang in LANGS}
-    return raw, {lang: f"hf:{path}/{config}/{source.hf_split}.{lang}" for lang in LANGS}
+    return {lang: "".join(s + "\n" for s in lines[lang]).encode("utf-8") for lang in LANGS}
 
 
 def _verify(where: str, data: bytes, expected: str) -> None:
@@ -162,5 +203,7 @@ def run(args) -> None:
     mirror = Path(os.environ[MIRROR_ENV]) if os.environ.get(MIRROR_ENV) else None
     counts = fetch(corpus, Path(args.out), mirror, cfg.max_train_pairs, cfg.subset_seed)
     source = f"mirror {mirror}" if mirror else "the official sources"
+    train = read_record(Path(args.out))["splits"]["train"]
+    where = f" (training text: {train['origin']}, {train['read']:,} read)" if "origin" in train else ""
     print(f"fetch: {corpus.name} from {source} -> {args.out}: "
-          + ", ".join(f"{split} {n} pairs" for split, n in counts.items()))
+          + ", ".join(f"{split} {n:,} pairs" for split, n in counts.items()) + where)

@@ -80,6 +80,7 @@ def keep_pair(src_len: int, tgt_len: int, max_len: int, max_ratio: float) -> boo
 
 def run(args) -> None:
     from posenc import config, corpora
+    from posenc.downloads import read_record
 
     data = config.load(args.params, "data", config.DataConfig)
     tok = config.load(args.params, "tokenizer", config.TokenizerConfig)
@@ -89,6 +90,7 @@ def run(args) -> None:
     for path in texts:
         if not path.is_file():
             raise UserError(f"{path}: missing; run `dvc repro fetch` first")
+    record = read_record(raw)
     spm_path, arrays, stats_path = Path(args.spm), Path(args.arrays), Path(args.stats)
     staging = arrays.parent / ".prepare.tmp"
     shutil.rmtree(staging, ignore_errors=True)  # what a killed run left
@@ -97,6 +99,7 @@ def run(args) -> None:
                                 tok.input_sentence_size, tok.seed, tok.threads)
         sp = spm.SentencePieceProcessor(model_proto=model)
         stats = encode_splits(sp, raw, corpus, staging / "arrays", data.max_len, data.max_ratio)
+        stats["fetch"] = record  # how many training pairs, and from where
         files.write_bytes(staging / "model", model)
         files.write_json(staging / "stats", stats)
         # The whole set is ready. The old arrays go first, so that a kill from here on leaves

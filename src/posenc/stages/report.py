@@ -1,7 +1,10 @@
-"""Stage `report`: the Table 3 layout for every variant, paired bootstrap tests, provenance, figures.
+"""Stage `report`: the Table 3 layout for every variant (mean ± std over seeds), the seed-aware
+test against the baseline, the ranking by dev perplexity along training, the extrapolation table
+(§3.5), provenance, figures.
 
-Inputs are the files the pipeline wrote (metrics.json and hypotheses per run, dev logs per model,
-dvc.lock); nothing here is typed by hand except the paper's own reference rows, which are labelled.
+Inputs are the files the pipeline wrote (metrics.json, hypotheses and extrapolation.json per run,
+dev logs per model, dvc.lock); nothing here is typed by hand except the paper's own reference
+rows, which are labelled.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import statistics
 import subprocess
 from importlib.metadata import version
@@ -17,39 +19,56 @@ from pathlib import Path
 
 import yaml
 from sacrebleu.metrics import BLEU
-from sacrebleu.significance import PairedTest
 
 from posenc import config, corpora, files
 from posenc.corpora import SRC
 from posenc.errors import UserError
 from posenc.figures import pyplot, save_figure
-from posenc.runs import HYPS, METRICS, SIGNATURES, dev_log_path, hypothesis_path, result_dir, run_name
+from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_log_path,
+                         hypothesis_path, result_dir, run_name)
 from posenc.scoring import read_references
+from posenc.significance import holm, paired_bootstrap, seed_bootstrap, sentence_statistics
 
-# Vaswani et al. 2017, Table 3: the base model and row (E), newstest2013 (WMT14 en-de dev).
+MEASURES = ("bleu", "bleu_tok", "chrf")  # `<measure>_<split>` keys of metrics.json and scores.json
+
+# Vaswani et al. 2017, Table 3: the base model and row (E), newstest2013 (WMT14 en-de dev). Their
+# BLEU is tensor2tensor's get_ende_bleu.sh: tokenized and compound-split (posenc.scoring).
 PAPER_ROWS = [
     {"variant": "paper: base (sinusoidal)", "parameters": "65M", "dev_ppl": 4.92, "dev_bleu": 25.8},
     {"variant": "paper: (E) learned", "parameters": "65M", "dev_ppl": 4.92, "dev_bleu": 25.7},
 ]
 
 
-def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...]) -> list[dict]:
+def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
+              corpus: corpora.Corpus) -> list[dict]:
     """The metrics of every (variant, seed) listed in params, each with its hypotheses directory:
-    {variant, seed, parameters, dev_ppl, bleu: {split: ...}, chrf: {split: ...}, signature, hyps}."""
+    {variant, seed, parameters, dev_ppl, bleu / bleu_tok / chrf: {split: ...}, signature, hyps,
+    extrapolation}."""
     missing = [run_name(v, s) for v in variants for s in seeds
-               if not (result_dir(runs_dir, v, s) / METRICS).is_file()]
+               if not all((result_dir(runs_dir, v, s) / f).is_file() for f in (METRICS, SCORES))]
     if missing:
         raise UserError(f"{runs_dir}: no metrics for {', '.join(missing)}; run `dvc repro evaluate`")
+    missing = [run_name(v, s) for v in variants for s in seeds
+               if not (result_dir(runs_dir, v, s) / EXTRAPOLATION).is_file()]
+    if missing:
+        raise UserError(f"{runs_dir}: no {EXTRAPOLATION} for {', '.join(missing)}; "
+                        f"run `dvc repro extrapolate`")
     runs = []
     for v in variants:
         for s in seeds:
             where = result_dir(runs_dir, v, s)
-            metrics = json.loads((where / METRICS).read_text(encoding="utf-8"))
+            metrics = {**json.loads((where / METRICS).read_text(encoding="utf-8")),
+                       **json.loads((where / SCORES).read_text(encoding="utf-8"))}
             signatures = json.loads((where / SIGNATURES).read_text(encoding="utf-8"))
+            try:
+                scores = {m: {split: metrics[f"{m}_{split}"] for split in corpus.scored} for m in MEASURES}
+            except KeyError as e:
+                raise UserError(f"{where}: no {e.args[0]} in {METRICS} or {SCORES}; written by an older "
+                                f"evaluate stage: run `dvc repro evaluate`") from None
             runs.append({"variant": v, "seed": s, "parameters": metrics["parameters"],
                          "dev_ppl": metrics["dev_ppl"], "signature": signatures, "hyps": where / HYPS,
-                         **{m: {k.removeprefix(f"{m}_"): x for k, x in metrics.items() if k.startswith(f"{m}_")}
-                            for m in ("bleu", "chrf")}})
+                         "extrapolation": json.loads((where / EXTRAPOLATION).read_text(encoding="utf-8")),
+                         **scores})
     return runs
 
 
@@ -67,47 +86,97 @@ def table_rows(runs: list[dict], corpus: corpora.Corpus) -> list[dict]:
         row = {"variant": variant, "seeds": [r["seed"] for r in mine],
                "parameters": mine[0]["parameters"],
                "dev_ppl": summarize([r["dev_ppl"] for r in mine])}
-        for split in corpus.scored:
-            row[f"bleu_{split}"] = summarize([r["bleu"][split] for r in mine])
-        for split in corpus.scored:
-            row[f"chrf_{split}"] = summarize([r["chrf"][split] for r in mine])
+        for m in MEASURES:
+            for split in corpus.scored:
+                row[f"{m}_{split}"] = summarize([r[m][split] for r in mine])
         rows.append(row)
     return rows
 
 
-def paired_bootstrap(baseline: tuple[str, list[str]], others: list[tuple[str, list[str]]],
-                     references: list[str], samples: int, seed: int) -> dict:
-    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of each system against the baseline:
-    {name: {"bleu", "mean", "ci" (95% half-width), "p"}}."""
-    # sacreBLEU takes its resampling seed from the environment only.
-    os.environ["SACREBLEU_SEED"] = str(seed)
-    test = PairedTest([baseline, *others], metrics={"BLEU": BLEU(references=[references])},
-                      references=None, test_type="bs", n_samples=samples)
-    _, scores = test()
-    out = {}
-    for name, result in zip(scores["System"], scores["BLEU"]):
-        out[name] = {"bleu": round(float(result.score), 2), "mean": round(float(result.mean), 2),
-                     "ci": round(float(result.ci), 2),
-                     "p": None if result.p_value is None else round(float(result.p_value), 4)}
-    return out
+def run_rows(runs: list[dict], corpus: corpora.Corpus) -> list[dict]:
+    """Every run's own figures, one row each (table.csv and table.json keep every seed)."""
+    return [{"variant": r["variant"], "seed": r["seed"], "parameters": r["parameters"],
+             "dev_ppl": r["dev_ppl"], **{f"{m}_{split}": r[m][split] for m in MEASURES
+                                         for split in corpus.scored}} for r in runs]
 
 
 def significance(runs: list[dict], corpus: corpora.Corpus, raw: Path, baseline: str,
                  samples: int, seed: int) -> dict:
-    """Per test set, every variant against the baseline, on the first seed's hypotheses."""
-    first = {}
+    """Per test set, every variant against the baseline (posenc.significance): the two-level
+    bootstrap over seeds and sentences, its p-values Holm-adjusted over all variants and test
+    sets; beside it sacreBLEU's paired bootstrap on the first seed's hypotheses."""
+    by_variant: dict[str, list[dict]] = {}
     for r in runs:
-        first.setdefault(r["variant"], r)
-    if baseline not in first:
+        by_variant.setdefault(r["variant"], []).append(r)
+    if baseline not in by_variant:
         raise UserError(f"params.yaml: report.baseline '{baseline}' is not among the variants "
-                        f"({', '.join(first)})")
+                        f"({', '.join(by_variant)})")
     result = {}
     for split in corpus.tests:
-        hyps = {v: files.read_lines(hypothesis_path(r["hyps"], split)) for v, r in first.items()}
-        others = [(v, h) for v, h in hyps.items() if v != baseline]
-        result[split] = paired_bootstrap((baseline, hyps[baseline]), others,
-                                         read_references(raw, split, len(hyps[baseline])), samples, seed)
+        hyps = {v: [files.read_lines(hypothesis_path(r["hyps"], split)) for r in mine]
+                for v, mine in by_variant.items()}
+        references = read_references(raw, split, len(hyps[baseline][0]))
+        stats = {v: [sentence_statistics(h, references) for h in hs] for v, hs in hyps.items()}
+        first = paired_bootstrap((baseline, hyps[baseline][0]),
+                                 [(v, hs[0]) for v, hs in hyps.items() if v != baseline],
+                                 references, samples, seed)
+        result[split] = {v: {"seeds": seed_bootstrap(stats[baseline], stats[v], samples, seed),
+                             "first_seed": first[v]} for v in hyps if v != baseline}
+    adjusted = holm({(split, v): result[split][v]["seeds"]["p"] for split in result for v in result[split]})
+    for (split, v), p in adjusted.items():
+        result[split][v]["seeds"]["p_holm"] = p
     return result
+
+
+def ranking_along_training(curves: dict[str, list[tuple[int, float]]], runs: list[dict]) -> dict:
+    """The variants ranked by dev perplexity at each logged update (mean over seeds, and each seed
+    alone), and Kendall's tau of each ranking against the ranking at the last update."""
+    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    seeds = sorted({r["seed"] for r in runs})
+    ppl = {(r["variant"], r["seed"]): dict(curves[run_name(r["variant"], r["seed"])]) for r in runs}
+    steps = sorted(set.intersection(*(set(p) for p in ppl.values())))
+    have = {v: [s for s in seeds if (v, s) in ppl] for v in variants}
+
+    def ranked(step: int, seed: int | None) -> list[str]:
+        value = {v: statistics.fmean(ppl[v, s][step] for s in (have[v] if seed is None else [seed]))
+                 for v in variants if seed is None or seed in have[v]}
+        return sorted(value, key=value.get)
+
+    out = {"steps": steps, "mean": {}, "per_seed": {}}
+    for step in steps:
+        order = ranked(step, None)
+        out["mean"][step] = {"order": order, "tau_vs_last": kendall_tau(order, ranked(steps[-1], None))}
+        out["per_seed"][step] = {s: kendall_tau(ranked(step, s), ranked(steps[-1], s)) for s in seeds}
+    return out
+
+
+def kendall_tau(a: list[str], b: list[str]) -> float:
+    """Kendall's tau between two orderings of the same items: 1 the same, -1 reversed."""
+    pos = {x: i for i, x in enumerate(b)}
+    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
+    if not pairs:
+        return 1.0
+    concordant = sum(pos[a[i]] < pos[a[j]] for i, j in pairs)
+    return round((2 * concordant - len(pairs)) / len(pairs), 3)
+
+
+def extrapolation_rows(runs: list[dict]) -> list[dict]:
+    """Per variant, test set and k: BLEU mean ± std over seeds, the share of inputs longer than
+    the longest training source, the hypotheses at the output limit (summed over seeds)."""
+    rows = []
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        mine = [r["extrapolation"] for r in runs if r["variant"] == variant]
+        for split, ks in mine[0]["splits"].items():
+            for k, first in ks.items():
+                each = [m["splits"][split][k] for m in mine]
+                rows.append({"variant": variant, "split": split, "k": int(k), "inputs": first["inputs"],
+                             "bleu": summarize([e["bleu"] for e in each]),
+                             "longer_than_training": first["longer_than_training"],
+                             "max_source_positions": first["max_source_positions"],
+                             "max_output_positions": max(e["max_output_positions"] for e in each),
+                             "at_length_limit": sum(e["at_length_limit"] for e in each),
+                             "hypotheses": first["inputs"] * len(each)})
+    return rows
 
 
 def bleu_by_length(runs: list[dict], corpus: corpora.Corpus, raw: Path,
@@ -172,37 +241,80 @@ def _cell(s: dict) -> str:
     return "" if s is None else f"{s['mean']}" + (f" ± {s['std']}" if s.get("std") is not None else "")
 
 
-def markdown(rows: list[dict], sig: dict, corpus: corpora.Corpus, prov: dict, baseline: str) -> str:
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _p(p: float, samples: int) -> str:
+    return f"< {1 / samples:g}" if p == 0 else f"{p:g}"
+
+
+def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dict],
+             corpus: corpora.Corpus, prov: dict, baseline: str, runs: list[dict]) -> str:
     dev, tests = corpus.dev, corpus.tests
-    head = (["variant", "params", f"dev PPL ({dev})", f"dev BLEU ({dev})"]
-            + [f"BLEU {t}" for t in tests] + [f"chrF {s}" for s in corpus.scored])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["variant"], f"{r['parameters']:,}", _cell(r["dev_ppl"]), _cell(r[f"bleu_{dev}"])]
-        cells += [_cell(r[f"bleu_{t}"]) for t in tests] + [_cell(r[f"chrf_{s}"]) for s in corpus.scored]
-        lines.append("| " + " | ".join(cells) + " |")
     n = rows[0]["dev_ppl"]["n"]
-    lines += ["", f"{n} seed{'s' if n > 1 else ''} per variant"
-              + (" (mean ± standard deviation)." if n > 1 else "."),
-              "PPL is per wordpiece, teacher-forced, without label smoothing.",
-              f"The paper's protocol: the dev columns ({dev}: PPL, BLEU, chrF) are of the last "
-              "checkpoint, as Table 3 (§6.2: no checkpoint averaging); the test sets are scored "
-              "with the average of the last checkpoints, as Table 2 (§6.1).", "",
-              f"Paired bootstrap resampling against `{baseline}` (sacreBLEU, first seed): "
-              "BLEU, its bootstrap mean ± 95% confidence half-width, and the p-value.", "",
-              "| variant | " + " | ".join(tests) + " |", "|---|" + "---|" * len(tests)]
-    for variant in sig[tests[0]]:
-        cells = [variant] + [f"{sig[t][variant]['bleu']} ({sig[t][variant]['mean']} ± "
-                             f"{sig[t][variant]['ci']})" + ("" if sig[t][variant]["p"] is None
-                                                            else f", p = {sig[t][variant]['p']}")
-                             for t in tests]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "For reference, the paper's own rows (Vaswani et al. 2017, Table 3; WMT14 en-de, "
-              "newstest2013 dev, base model): not comparable with the rows above, which are "
-              f"measured on {corpus.name}.", "",
-              "| paper row | params | dev PPL (newstest2013) | dev BLEU (newstest2013) |",
-              "|---|---|---|---|"]
-    lines += [f"| {p['variant']} | {p['parameters']} | {p['dev_ppl']} | {p['dev_bleu']} |" for p in PAPER_ROWS]
+    seeds = f"{n} seed{'s' if n > 1 else ''} per variant" + (" (mean ± standard deviation over seeds)" if n > 1 else "")
+    lines = _table(["variant", "params", f"dev PPL ({dev})", f"dev BLEU ({dev})", *(f"BLEU {t}" for t in tests)],
+                   [[r["variant"], f"{r['parameters']:,}", _cell(r["dev_ppl"]), _cell(r[f"bleu_{dev}"])]
+                    + [_cell(r[f"bleu_{t}"]) for t in tests] for r in rows])
+    lines += ["", f"{seeds}. BLEU is sacreBLEU's (signature below), the primary figure. PPL is per "
+              "wordpiece, teacher-forced, without label smoothing. The paper's protocol: the dev "
+              f"columns ({dev}: PPL, BLEU, chrF) are of the last checkpoint, as Table 3 (§6.2: no "
+              "checkpoint averaging); the test sets are scored with the average of the last "
+              "checkpoints, as Table 2 (§6.1).", "",
+              "chrF, and tok+compound-split BLEU (comparable with Vaswani et al. Tables 2-3: Moses "
+              "tokenizer, hyphenated compounds split, case-sensitive multi-bleu; tensor2tensor's "
+              "get_ende_bleu.sh):", ""]
+    lines += _table(["variant"] + [f"chrF {s}" for s in corpus.scored] + [f"tok BLEU {s}" for s in corpus.scored],
+                    [[r["variant"]] + [_cell(r[f"chrf_{s}"]) for s in corpus.scored]
+                     + [_cell(r[f"bleu_tok_{s}"]) for s in corpus.scored] for r in rows])
+    samples = next(iter(next(iter(sig.values())).values()))["seeds"]["samples"]
+    lines += ["", f"Against `{baseline}`, over seeds and sentences (two-level bootstrap, {samples} "
+              "resamples; posenc/significance.py): the difference of mean BLEU, its 95% interval, "
+              "the p-value and, in brackets, the p-value Holm-adjusted over every variant and test "
+              "set. After it, sacreBLEU's paired bootstrap on the first seed alone (p).", ""]
+    body = []
+    for variant in next(iter(sig.values())):
+        cells = [variant]
+        for t in tests:
+            s, f = sig[t][variant]["seeds"], sig[t][variant]["first_seed"]
+            cells.append(f"{s['delta']:+.2f} [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], p = {_p(s['p'], samples)} "
+                         f"({_p(s['p_holm'], samples)}); seed 1: p = {f['p']}")
+        body.append(cells)
+    lines += _table(["variant", *tests], body)
+    steps = ranking["steps"]
+    lines += ["", "The variants ranked by dev perplexity (best first) along training, mean over seeds; "
+              "Kendall's tau against the ranking at the last update, for the mean and for each seed:", ""]
+    shown = [s for s in steps if s >= steps[len(steps) // 2]] or steps
+    lines += _table(["update", "ranking (mean over seeds)", "tau (mean)", "tau per seed"],
+                    [[str(s), ", ".join(ranking["mean"][s]["order"]), f"{ranking['mean'][s]['tau_vs_last']:g}",
+                      ", ".join(f"{t:g}" for t in ranking["per_seed"][s].values())] for s in shown])
+    first = runs[0]["extrapolation"]
+    rows_of = [r["extrapolation"]["table_rows"] for r in runs if r["extrapolation"]["table_rows"]]
+    lines += ["", f"Extrapolation (§3.5): each test set's sentences joined k at a time into one input, "
+              "sacreBLEU against the joined references, the averaged model. The longest training "
+              f"source is {first['longest_training_source']} positions (EOS included), the longest "
+              f"target {first['longest_training_target']}"
+              + (f"; a learned table has {rows_of[0]} rows, and rows beyond those lengths "
+                 "were never trained" if rows_of else "")
+              + ". \"longer\": the share of inputs longer than the longest training source; "
+              "\"at limit\": hypotheses (all seeds) that reached the output limit.", ""]
+    ks = sorted({r["k"] for r in extrapolation})
+    for split in dict.fromkeys(r["split"] for r in extrapolation):
+        mine = [r for r in extrapolation if r["split"] == split]
+        info = {r["k"]: r for r in mine}
+        lines += [f"{split}:", ""]
+        lines += _table(["variant"] + [f"k = {k} (n = {info[k]['inputs']}, longer {info[k]['longer_than_training']:.0%}, "
+                                       f"up to {info[k]['max_source_positions']} positions)" for k in ks],
+                        [[v] + [f"{_cell(r['bleu'])}" + (f", at limit {r['at_length_limit']}" if r["at_length_limit"] else "")
+                                for k in ks for r in mine if r["variant"] == v and r["k"] == k]
+                         for v in dict.fromkeys(r["variant"] for r in mine)])
+        lines.append("")
+    lines += [f"For reference, the paper's own rows (Vaswani et al. 2017, Table 3; WMT14 en-de, "
+              "newstest2013 dev, base model; its BLEU is tok+compound-split): not comparable with the "
+              f"rows above, which are measured on {corpus.name}.", ""]
+    lines += _table(["paper row", "params", "dev PPL (newstest2013)", "dev tok+compound-split BLEU (newstest2013)"],
+                    [[p["variant"], p["parameters"], str(p["dev_ppl"]), str(p["dev_bleu"])] for p in PAPER_ROWS])
     lines += ["", "Provenance:", "",
               f"- BLEU signature: `{prov['bleu_signature']}`",
               f"- chrF signature: `{prov['chrf_signature']}`",
@@ -220,29 +332,51 @@ def to_csv(rows: list[dict], columns: list[str]) -> str:
     return buffer.getvalue()
 
 
-def flat_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
-    flat = []
-    for r in rows:
-        f = {"variant": r["variant"], "parameters": r["parameters"]}
-        for key, value in r.items():
-            if isinstance(value, dict):
-                f[key], f[f"{key}_std"] = value["mean"], value["std"]
-        flat.append(f)
-    return flat, list(flat[0])
-
-
-def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
-    """Each run's dev perplexity by update, as training measured it. Its last point is the last
-    checkpoint, the model of the table's dev columns (§6.2); the test sets' averaged model (§6.1)
-    is not on these curves."""
+def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], runs: list[dict], path: Path) -> None:
+    """Each variant's dev perplexity by update, as training measured it: the mean over seeds,
+    with the band from the lowest to the highest seed. The last point is the last checkpoint,
+    the model of the table's dev columns (§6.2); the test sets' averaged model (§6.1) is not on
+    these curves."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
-    for name, points in curves.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker=".")
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        mine = [dict(curves[run_name(variant, r["seed"])]) for r in runs if r["variant"] == variant]
+        steps = sorted(set.intersection(*(set(c) for c in mine)))
+        values = [[c[s] for c in mine] for s in steps]
+        line, = ax.plot(steps, [statistics.fmean(v) for v in values], marker=".",
+                        label=f"{variant} ({len(mine)} seed{'s' if len(mine) > 1 else ''})")
+        if len(mine) > 1:
+            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set(xlabel="update (last point: the last checkpoint, the table's dev model)",
-           ylabel="dev perplexity (per wordpiece)", yscale="log", title="Learning curves")
+           ylabel="dev perplexity (per wordpiece)", yscale="log",
+           title="Learning curves: mean over seeds, band from lowest to highest seed")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    save_figure(fig, path)
+
+
+def plot_extrapolation(rows: list[dict], path: Path) -> None:
+    """BLEU against k (sentences joined per input), one line per variant, ± std over seeds; one
+    panel per test set."""
+    plt = pyplot()
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    fig, axes = plt.subplots(1, len(splits), figsize=(7.2 if len(splits) == 1 else 4.2 * len(splits), 4.2),
+                             squeeze=False)
+    for ax, split in zip(axes[0], splits):
+        mine = [r for r in rows if r["split"] == split]
+        ks = sorted({r["k"] for r in mine})
+        for variant in dict.fromkeys(r["variant"] for r in mine):
+            cells = {r["k"]: r["bleu"] for r in mine if r["variant"] == variant}
+            ax.errorbar(ks, [cells[k]["mean"] for k in ks], yerr=[cells[k]["std"] or 0 for k in ks],
+                        marker=".", capsize=2, label=variant)
+        longer = {r["k"]: r["longer_than_training"] for r in mine}
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [f"{k}\n{longer[k]:.0%} longer" for k in ks])
+        ax.set(xlabel="sentences joined per input (share longer than any training source)",
+               ylabel="BLEU (mean ± std over seeds)", title=f"Extrapolation (§3.5): {split}")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
 
 
@@ -277,7 +411,7 @@ def run(args) -> None:
     variants = config.load_list(args.params, "variants", str)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
-    runs = load_runs(Path(args.runs), variants, seeds)
+    runs = load_runs(Path(args.runs), variants, seeds, corpus)
     rows = table_rows(runs, corpus)
     sig = significance(runs, corpus, raw, cfg.baseline, cfg.bootstrap_samples, cfg.bootstrap_seed)
     prov = provenance(runs, Path(args.lock))
@@ -285,19 +419,28 @@ def run(args) -> None:
     # Dev logs live beside each model (posenc.runs).
     curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.models), r["variant"], r["seed"]))
               for r in runs}
+    ranking = ranking_along_training(curves, runs)
+    extrapolation = extrapolation_rows(runs)
     figures = Path(args.figures)
-    plot_learning_curves(curves, figures / "learning_curves.png")
+    plot_learning_curves(curves, runs, figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")
+    plot_extrapolation(extrapolation, figures / "extrapolation.png")
     files.write_text(args.by_length_csv, to_csv(by_length, ["variant", "bucket", "sentences", "bleu", "ci"]))
     # One file, one row per (run, dev evaluation): `dvc plots show` draws every run in one chart
     files.write_text(args.curves_csv, to_csv([{"run": name, "step": step, "dev_ppl": ppl}
                                               for name, points in curves.items() for step, ppl in points],
                                              ["run", "step", "dev_ppl"]))
-    flat, columns = flat_rows(rows)
-    files.write_text(args.table_csv, to_csv(flat, columns))
-    files.write_json(args.table_json, {"table": {r["variant"]: r for r in rows}, "significance": sig,
-                                       "provenance": prov, "paper": PAPER_ROWS})
-    files.write_text(args.table_md, markdown(rows, sig, corpus, prov, cfg.baseline))
+    every = run_rows(runs, corpus)
+    files.write_text(args.table_csv, to_csv(every, list(every[0])))
+    files.write_text(args.extrapolation_csv, to_csv(
+        [{**r, "bleu": r["bleu"]["mean"], "bleu_std": r["bleu"]["std"]} for r in extrapolation],
+        ["variant", "split", "k", "inputs", "bleu", "bleu_std", "longer_than_training",
+         "max_source_positions", "max_output_positions", "at_length_limit", "hypotheses"]))
+    files.write_json(args.table_json, {"table": {r["variant"]: r for r in rows}, "runs": every,
+                                       "significance": sig, "ranking_along_training": ranking,
+                                       "extrapolation": extrapolation, "provenance": prov,
+                                       "paper": PAPER_ROWS})
+    files.write_text(args.table_md, markdown(rows, sig, ranking, extrapolation, corpus, prov, cfg.baseline, runs))
     best = max(rows, key=lambda r: r[f"bleu_{corpus.tests[0]}"]["mean"])
     print(f"report: {len(rows)} variants x {len(seeds)} seeds -> {args.table_md}; best on "
           f"{corpus.tests[0]}: {best['variant']} {best[f'bleu_{corpus.tests[0]}']['mean']} BLEU")
