@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from posenc.stages.extrapolate import joined
 
 from conftest import error_line, posenc
@@ -55,17 +57,15 @@ def test_outputs_cut_at_the_limit_are_counted(tiny_data, tiny_model):
     assert by_k["8"]["at_length_limit"] >= 1
 
 
-def test_a_split_that_is_not_a_test_set_is_named(tiny_data, tiny_model):
-    params = with_params(tiny_data, "badsplit.yaml", "splits: [test_2016_flickr]", "splits: [val]")
-    line = error_line(extrapolate(tiny_data, params, "extra/bad.json"), "extrapolate")
-    assert line == ("posenc extrapolate: error: badsplit.yaml: extrapolate.splits: val is not a test "
-                    "set; choose from test_2016_flickr, test_2017_flickr, test_2017_mscoco")
-    assert not (tiny_data / "extra/bad.json").exists()
-
-
-def test_a_join_larger_than_the_split_is_named(tiny_data, tiny_model):
-    params = with_params(tiny_data, "bigk.yaml", "joins: [1, 2, 4, 8]", "joins: [1, 500]")
-    line = error_line(extrapolate(tiny_data, params, "extra/big.json"), "extrapolate")
-    assert line == ("posenc extrapolate: error: bigk.yaml: extrapolate.joins: k = 500 is more than "
-                    "the 100 sentences of test_2016_flickr; lower it")
-    assert not (tiny_data / "extra/big.json").exists()
+@pytest.mark.parametrize("name, old, new, message", [
+    ("badsplit.yaml", "splits: [test_2016_flickr]", "splits: [val]",
+     "badsplit.yaml: extrapolate.splits: val is not a test set; choose from test_2016_flickr, "
+     "test_2017_flickr, test_2017_mscoco"),
+    ("bigk.yaml", "joins: [1, 2, 4, 8]", "joins: [1, 500]",
+     "bigk.yaml: extrapolate.joins: k = 500 is more than the 100 sentences of test_2016_flickr; lower it"),
+])
+def test_bad_extrapolation_params_are_named(tiny_data, tiny_model, name, old, new, message):
+    params = with_params(tiny_data, name, old, new)
+    line = error_line(extrapolate(tiny_data, params, f"extra/{name}.json"), "extrapolate")
+    assert line == f"posenc extrapolate: error: {message}"
+    assert not (tiny_data / f"extra/{name}.json").exists()
