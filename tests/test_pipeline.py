@@ -104,22 +104,24 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     show = sh("dvc", "metrics", "show", cwd=work).splitlines()
     assert len(show) == 1 + len(runs) and max(map(len, show)) <= 200, show
     params = (work / "params.yaml").read_text()
-    (work / "params.yaml").write_text(params.replace("  max_len_extra: 5", "  max_len_extra: 1", 1))
-    sh("dvc", "repro", cwd=work)
-    sh("git", "add", "-A", cwd=work)
-    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "shorter outputs", cwd=work)
-    diff = json.loads(sh("dvc", "metrics", "diff", "HEAD~1", "--json", cwd=work))
-    changed = {key for metrics in diff.values() for key in metrics}
-    assert changed and all(k.startswith("bleu_") for k in changed), changed
 
     # A variant's own setting makes that variant's trainings stale, and no other stage
-    params = (work / "params.yaml").read_text()
     (work / "params.yaml").write_text(params.replace("    dim: 8 ", "    dim: 4 ", 1))
     assert (work / "params.yaml").read_text() != params
     assert set(json.loads(sh("dvc", "status", "--json", cwd=work))) == {f"train@concat-{s}" for s in seeds}
     # The extrapolation's k is its own stage's: evaluation does not re-run
     (work / "params.yaml").write_text(params.replace("joins: [1, 2, 4, 8]", "joins: [1, 2, 4]", 1))
     assert set(json.loads(sh("dvc", "status", "--json", cwd=work))) == {f"extrapolate@{r}" for r in runs}
+
+    # A changed result shows in `dvc metrics diff` as that change alone (one run re-evaluated)
+    (work / "params.yaml").write_text(params.replace("  max_len_extra: 5", "  max_len_extra: 1", 1))
+    sh("dvc", "repro", "evaluate@sinusoidal-1", cwd=work)
+    sh("git", "add", "-A", cwd=work)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "shorter outputs", cwd=work)
+    diff = json.loads(sh("dvc", "metrics", "diff", "HEAD~1", "--json", cwd=work))
+    changed = {key for metrics in diff.values() for key in metrics}
+    assert set(diff) == {"results/runs/sinusoidal-1/metrics.json"}, diff
+    assert changed and all(k.startswith("bleu_") for k in changed), changed
 
 
 def pull_into_a_fresh_clone(work: Path, tmp_path: Path) -> None:
@@ -162,11 +164,12 @@ def pull_into_a_fresh_clone(work: Path, tmp_path: Path) -> None:
 
 
 def experiment_in_a_fresh_clone(work: Path, tmp_path: Path) -> None:
-    """README's `dvc exp run -S ...` then `dvc exp show` with a column selection, in a clone that
-    has neither the DVC cache nor the data."""
+    """README's `dvc exp run -S ... <target>` then `dvc exp show` with a column selection, in a
+    clone that has neither the DVC cache nor the data."""
     clone = tmp_path / "exp-clone"
     sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
-    sh("dvc", "exp", "run", "-S", "train.max_steps=16", cwd=clone)
+    # a target: only what sinusoidal-1's metrics need (fetch, prepare, its training and evaluation)
+    sh("dvc", "exp", "run", "-S", "train.max_steps=16", "evaluate@sinusoidal-1", cwd=clone)
     show = sh("dvc", "exp", "show", "--no-pager", "--csv", "--drop", ".*", "--keep",
               r"Experiment|train\.max_steps|.*sinusoidal-1.*:bleu_val", cwd=clone).splitlines()
     assert show[0] == "Experiment,results/runs/sinusoidal-1/metrics.json:bleu_val,train.max_steps", show

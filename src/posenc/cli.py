@@ -62,8 +62,8 @@ TOOLS = {"translate": "posenc.stages.translate", "readme": "posenc.readme"}
 
 DESCRIPTION = """\
 Sum, concatenate or drop the positional encoding? The stages of a DVC pipeline that trains the
-Transformer of Vaswani et al. 2017 with each positional variant (sinusoidal, learned, concat, none,
-rope, alibi, relative) and scores it. `dvc repro` (or `make repro`) runs the stages in order, with
+Transformer of Vaswani et al. 2017 with each positional variant (sinusoidal, learned, concat and its
+control sinusoidal_narrow, none, rope, alibi, relative) and scores it. `dvc repro` (or `make repro`) runs the stages in order, with
 the paths and params of dvc.yaml and params.yaml; `posenc translate` translates your own sentences."""
 EPILOG = "examples:\n  dvc repro\n  echo 'A man rides a horse.' | posenc translate --model models/sinusoidal-1/model.pt"
 
