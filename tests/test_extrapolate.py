@@ -46,6 +46,7 @@ def test_k_1_scores_what_evaluate_scored_and_longer_inputs_are_counted(tiny_data
     assert by_k["1"]["max_source_positions"] <= 2 * longest
     assert by_k["8"]["longer_than_training"] == 1.0 and by_k["8"]["max_source_positions"] > longest
     assert all(0 <= by_k[k]["at_length_limit"] <= by_k[k]["inputs"] for k in by_k)
+    assert all(0 < by_k[k]["length_ratio"] < 5 for k in by_k)
 
 
 def test_outputs_cut_at_the_limit_are_counted(tiny_data, tiny_model):

@@ -25,6 +25,7 @@ def _extrapolation(bleu: float, seed: int) -> dict:
     return {"longest_training_source": 53, "longest_training_target": 55, "table_rows": None,
             "splits": {"test_2016_flickr": {str(k): {
                 "inputs": 1000 // k, "bleu": bleu - 2 * k + seed, "chrf": 50.0, "bleu_signature": "sig",
+                "length_ratio": 1.0 / k,
                 "mean_source_positions": 15.0 * k, "max_source_positions": 20 * k,
                 "max_output_positions": 22 * k, "longer_than_training": 0.0 if k < 4 else 0.5,
                 "at_length_limit": 1 if k == 8 else 0} for k in (1, 2, 4, 8)}}}
@@ -66,7 +67,7 @@ def test_table_rows_and_markdown_carry_every_column_and_the_paper_rows():
     assert "paper: (E) learned | 65M | 4.92 | 25.7" in text and "BLEU sig" in text and "f00" in text
     assert "-10.00 [-11.00, -9.00], p = < 0.001 (< 0.001); seed 1: p = 0.001" in text
     assert "| 200 | sinusoidal, none | 1 | 1, 1 |" in text
-    assert "k = 8 (n = 125, longer 50%, up to 160 positions)" in text and "5.5 ± 0.707, at limit 2" in text
+    assert "k = 8 (n = 125, longer 50%, up to 160 positions)" in text and "5.5 ± 0.707 (ratio 0.125), at limit 2" in text
     assert "tok+compound-split BLEU (comparable with Vaswani et al. Tables 2-3" in text
 
 

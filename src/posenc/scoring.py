@@ -24,9 +24,11 @@ def read_references(raw_dir: Path, split: str, count: int | None = None) -> list
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
-    """sacreBLEU's BLEU (13a tokenization, cased) and chrF, with their signatures."""
+    """sacreBLEU's BLEU (13a tokenization, cased) and chrF, with their signatures, and BLEU's
+    length ratio (output tokens over reference tokens: below 1, the outputs are short)."""
     bleu, chrf = BLEU(), CHRF()
-    return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
+    b = bleu.corpus_score(hypotheses, [references])
+    return {"bleu": round(b.score, 2), "length_ratio": round(b.sys_len / max(b.ref_len, 1), 3),
             "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
             "bleu_signature": str(bleu.get_signature()),
             "chrf_signature": str(chrf.get_signature())}

@@ -65,6 +65,7 @@ def extrapolate(model, sp, raw: Path, splits: tuple[str, ...], cfg: ExtrapolateC
             figures = score([sp.decode(o) for o in out], joined(references, k))
             result[split][str(k)] = {
                 "inputs": len(inputs), "bleu": figures["bleu"], "chrf": figures["chrf"],
+                "length_ratio": figures["length_ratio"],  # below 1: the outputs stop short
                 "bleu_signature": figures["bleu_signature"],
                 "mean_source_positions": round(float(lengths.mean()), 1),
                 "max_source_positions": int(lengths.max()),

@@ -171,6 +171,7 @@ def extrapolation_rows(runs: list[dict]) -> list[dict]:
                 each = [m["splits"][split][k] for m in mine]
                 rows.append({"variant": variant, "split": split, "k": int(k), "inputs": first["inputs"],
                              "bleu": summarize([e["bleu"] for e in each]),
+                             "length_ratio": summarize([e["length_ratio"] for e in each]),
                              "longer_than_training": first["longer_than_training"],
                              "max_source_positions": first["max_source_positions"],
                              "max_output_positions": max(e["max_output_positions"] for e in each),
@@ -298,7 +299,9 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
               + (f"; a learned table has {rows_of[0]} rows, and rows beyond those lengths "
                  "were never trained" if rows_of else "")
               + ". \"longer\": the share of inputs longer than the longest training source; "
-              "\"at limit\": hypotheses (all seeds) that reached the output limit.", ""]
+              "\"ratio\": BLEU's length ratio, output over reference tokens (mean over seeds; "
+              "below 1 the outputs stop short of the joined reference); \"at limit\": hypotheses "
+              "(all seeds) that reached the output limit.", ""]
     ks = sorted({r["k"] for r in extrapolation})
     for split in dict.fromkeys(r["split"] for r in extrapolation):
         mine = [r for r in extrapolation if r["split"] == split]
@@ -306,7 +309,8 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
         lines += [f"{split}:", ""]
         lines += _table(["variant"] + [f"k = {k} (n = {info[k]['inputs']}, longer {info[k]['longer_than_training']:.0%}, "
                                        f"up to {info[k]['max_source_positions']} positions)" for k in ks],
-                        [[v] + [f"{_cell(r['bleu'])}" + (f", at limit {r['at_length_limit']}" if r["at_length_limit"] else "")
+                        [[v] + [f"{_cell(r['bleu'])} (ratio {r['length_ratio']['mean']})"
+                                + (f", at limit {r['at_length_limit']}" if r["at_length_limit"] else "")
                                 for k in ks for r in mine if r["variant"] == v and r["k"] == k]
                          for v in dict.fromkeys(r["variant"] for r in mine)])
         lines.append("")
@@ -433,8 +437,9 @@ def run(args) -> None:
     every = run_rows(runs, corpus)
     files.write_text(args.table_csv, to_csv(every, list(every[0])))
     files.write_text(args.extrapolation_csv, to_csv(
-        [{**r, "bleu": r["bleu"]["mean"], "bleu_std": r["bleu"]["std"]} for r in extrapolation],
-        ["variant", "split", "k", "inputs", "bleu", "bleu_std", "longer_than_training",
+        [{**r, "bleu": r["bleu"]["mean"], "bleu_std": r["bleu"]["std"],
+          "length_ratio": r["length_ratio"]["mean"]} for r in extrapolation],
+        ["variant", "split", "k", "inputs", "bleu", "bleu_std", "length_ratio", "longer_than_training",
          "max_source_positions", "max_output_positions", "at_length_limit", "hypotheses"]))
     files.write_json(args.table_json, {"table": {r["variant"]: r for r in rows}, "runs": every,
                                        "significance": sig, "ranking_along_training": ranking,
