@@ -135,11 +135,10 @@ def ranking_along_training(curves: dict[str, list[tuple[int, float]]], runs: lis
     seeds = sorted({r["seed"] for r in runs})
     ppl = {(r["variant"], r["seed"]): dict(curves[run_name(r["variant"], r["seed"])]) for r in runs}
     steps = sorted(set.intersection(*(set(p) for p in ppl.values())))
-    have = {v: [s for s in seeds if (v, s) in ppl] for v in variants}
 
-    def ranked(step: int, seed: int | None) -> list[str]:
-        value = {v: statistics.fmean(ppl[v, s][step] for s in (have[v] if seed is None else [seed]))
-                 for v in variants if seed is None or seed in have[v]}
+    def ranked(step: int, seed: int | None) -> list[str]:  # every variant has every seed (load_runs)
+        value = {v: statistics.fmean(ppl[v, s][step] for s in (seeds if seed is None else [seed]))
+                 for v in variants}
         return sorted(value, key=value.get)
 
     out = {"steps": steps, "mean": {}, "per_seed": {}}
