@@ -19,6 +19,11 @@ export LD_PRELOAD := $(TCMALLOC)
 # the thread count is a param. Seed 1 of every variant trains first, then seed 2, ...: a run cut
 # short has whole seeds of the table.
 TRAIN_JOBS ?= 2
+# Then `analyze` and the evaluate@ and extrapolate@ stages run EVAL_JOBS at a time, each with
+# eval.threads threads: on the 2-core machine two one-thread evaluations side by side took 0.68x
+# the wall time of the same two with two threads in turn, with the same hypotheses (README,
+# Performance). `report` needs them all and runs last, in the closing `dvc repro`.
+EVAL_JOBS ?= 2
 
 # requirements.lock pins torch==2.13.0. pip's default index (PyPI) serves it on Linux as the CUDA
 # build (several GB); PyTorch's own CPU index serves 2.13.0+cpu, which meets the same pin and which
@@ -41,6 +46,8 @@ pipeline:
 	dvc repro prepare
 	dvc stage list --name-only | grep '^train@' | awk -F- '{print $$NF, $$0}' | sort -s -n -k1,1 | \
 	  cut -d' ' -f2 | xargs -r -n 1 -P $(TRAIN_JOBS) dvc --wait-for-lock repro --single-item
+	{ echo analyze; dvc stage list --name-only | grep -E '^(evaluate|extrapolate)@'; } | \
+	  xargs -r -n 1 -P $(EVAL_JOBS) dvc --wait-for-lock repro --single-item
 	dvc repro
 
 test: $(STAMP)
