@@ -65,6 +65,9 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert "2 seeds per variant (mean ± standard deviation over seeds)" in table
     assert "two-level bootstrap" in table and "k = 8 (n = 12," in table
     assert "data/raw/multi30k" in table  # the data hash from dvc.lock is in the provenance
+    assert "| concat vs sinusoidal_narrow |" in table  # the control pair, tested on real hypotheses
+    findings = (work / "results/findings.md").read_text()
+    assert "### Sum against concatenation" in findings and "holds here on" in findings
     for name in ("figures/learning_curves", "figures/bleu_by_length", "figures/extrapolation",
                  "analysis_figures/position_variance",
                  "analysis_figures/logit_terms", "analysis_figures/word_order"):

@@ -8,8 +8,9 @@ import pytest
 
 from posenc import corpora
 from posenc.readme import sync
-from posenc.stages.report import (extrapolation_rows, kendall_tau, markdown, ranking_along_training,
-                                  run_rows, summarize, table_rows)
+from posenc.errors import UserError
+from posenc.stages.report import (comparisons, extrapolation_rows, findings, kendall_tau, markdown,
+                                  ranking_along_training, run_rows, significance, summarize, table_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(60)]
@@ -50,7 +51,8 @@ def test_table_rows_and_markdown_carry_every_column_and_the_paper_rows():
     assert [(r["variant"], r["seed"], r["bleu_val"]) for r in run_rows(runs, corpus)] == [
         ("sinusoidal", 1, 31.0), ("sinusoidal", 2, 32.0), ("none", 1, 21.0), ("none", 2, 22.0)]
     seeds = {"delta": -10.0, "ci": [-11.0, -9.0], "p": 0.0, "p_holm": 0.0, "samples": 1000}
-    sig = {t: {"none": {"seeds": seeds, "first_seed": {"bleu": 21, "mean": 21, "ci": 1, "p": 0.001}}}
+    sig = {t: {"none vs sinusoidal": {"variant": "none", "reference": "sinusoidal", "seeds": seeds,
+                                      "first_seed": {"bleu": 21, "mean": 21, "ci": 1, "p": 0.001}}}
            for t in corpus.tests}
     curves = {"sinusoidal-1": [(100, 9.0), (200, 6.0)], "sinusoidal-2": [(100, 9.0), (200, 6.0)],
               "none-1": [(100, 8.0), (200, 7.0)], "none-2": [(100, 8.0), (200, 7.0)]}
@@ -65,10 +67,88 @@ def test_table_rows_and_markdown_carry_every_column_and_the_paper_rows():
     text = markdown(rows, sig, ranking, extrapolation, corpus, prov, "sinusoidal", runs)
     assert "| sinusoidal | 1,000 | 6.5 ± 0.707 | 31.5 ± 0.707 |" in text
     assert "paper: (E) learned | 65M | 4.92 | 25.7" in text and "BLEU sig" in text and "f00" in text
-    assert "-10.00 [-11.00, -9.00], p = < 0.001 (< 0.001); seed 1: p = 0.001" in text
+    assert "| none vs sinusoidal | -10.00 [-11.00, -9.00], p = < 0.001 (< 0.001); seed 1: p = 0.001" in text
     assert "| 200 | sinusoidal, none | 1 | 1, 1 |" in text
     assert "k = 8 (n = 125, longer 50%, up to 160 positions)" in text and "5.5 ± 0.707 (ratio 0.125), at limit 2" in text
     assert "tok+compound-split BLEU (comparable with Vaswani et al. Tables 2-3" in text
+
+
+def test_comparisons_are_against_the_baseline_then_each_control():
+    variants = ["sinusoidal", "learned", "concat", "sinusoidal_narrow"]
+    assert comparisons(variants, "sinusoidal") == [
+        ("learned", "sinusoidal"), ("concat", "sinusoidal"), ("sinusoidal_narrow", "sinusoidal"),
+        ("concat", "sinusoidal_narrow")]
+    assert comparisons(["sinusoidal", "concat"], "sinusoidal") == [("concat", "sinusoidal")]
+    with pytest.raises(UserError, match="report.baseline 'rope' is not among the variants"):
+        comparisons(variants, "rope")
+
+
+def test_significance_tests_the_control_pair_on_real_hypotheses(tmp_path):
+    corpus = corpora.get("multi30k")
+    for t in corpus.tests:
+        (tmp_path / f"{t}.de").write_text("\n".join(REFS) + "\n")
+    # concat is the reference verbatim, its control drops the last word, sinusoidal the last two;
+    # seed 1 of each drops one more word on every other line (a seed effect)
+    drop = {"concat": 0, "sinusoidal_narrow": 1, "sinusoidal": 2}
+    runs = []
+    for v, k in drop.items():
+        for seed in (1, 2):
+            hyps = tmp_path / f"{v}-{seed}"
+            hyps.mkdir()
+            lines = []
+            for i, words in enumerate(r.split() for r in REFS):
+                cut = k + (i % 2 if seed == 1 else 0)
+                lines.append(" ".join(words[:len(words) - cut]))
+            for t in corpus.tests:
+                (hyps / f"{t}.de").write_text("\n".join(lines) + "\n")
+            runs.append({"variant": v, "seed": seed, "hyps": hyps})
+    sig = significance(runs, corpus, tmp_path, "sinusoidal", 200, 1)
+    assert list(sig[corpus.tests[0]]) == ["concat vs sinusoidal", "sinusoidal_narrow vs sinusoidal",
+                                          "concat vs sinusoidal_narrow"]
+    for t in corpus.tests:
+        control = sig[t]["concat vs sinusoidal_narrow"]
+        assert (control["variant"], control["reference"]) == ("concat", "sinusoidal_narrow")
+        assert control["seeds"]["delta"] > 0 and control["seeds"]["ci"][0] > 0
+        assert control["first_seed"]["p"] < 0.05
+        assert 0 < sig[t]["sinusoidal_narrow vs sinusoidal"]["seeds"]["delta"] < sig[t]["concat vs sinusoidal"]["seeds"]["delta"]
+        assert all(c["seeds"]["p_holm"] >= c["seeds"]["p"] for c in sig[t].values())
+
+
+def _seeds(delta, low, high, p_holm):
+    return {"delta": delta, "ci": [low, high], "p": p_holm / 4, "p_holm": p_holm, "samples": 1000}
+
+
+def test_findings_state_each_conclusion_with_its_figure():
+    corpus = corpora.get("multi30k")
+    variants = ["sinusoidal", "learned", "concat", "sinusoidal_narrow"]
+    runs = [_run(v, s, 30.0 + i) for i, v in enumerate(variants) for s in (1, 2)]
+    rows = table_rows(runs, corpus)
+    figures = {"learned vs sinusoidal": _seeds(0.3, -0.4, 1.0, 1.0),
+               "concat vs sinusoidal": _seeds(1.5, 0.8, 2.2, 0.004),
+               "sinusoidal_narrow vs sinusoidal": _seeds(-0.6, -1.1, -0.1, 0.2),
+               "concat vs sinusoidal_narrow": _seeds(2.1, 1.2, 3.0, 0.001)}
+    sig = {t: {c: {"seeds": dict(s)} for c, s in figures.items()} for t in corpus.tests}
+    sig["test_2017_mscoco"]["learned vs sinusoidal"]["seeds"] = _seeds(-1.2, -2.0, -0.5, 0.01)
+    curves = {f"{v}-{s}": [(100, 9.0 - i), (200, 8.0 + i), (300, 7.0 + i)]
+              for i, v in enumerate(variants) for s in (1, 2)}
+    text = findings(rows, sig, ranking_along_training(curves, runs), extrapolation_rows(runs), corpus)
+    assert "2 training seeds per variant" in text
+    assert "- test_2016_flickr: +0.30 BLEU [-0.40, +1.00], Holm p = 1; within noise (the interval includes 0)." in text
+    assert ("holds here on test_2016_flickr, test_2017_flickr (no difference after Holm's adjustment); "
+            "it does not on test_2017_mscoco.") in text
+    assert "`concat` minus `sinusoidal_narrow`: where the position goes" in text
+    assert "+2.10 BLEU [+1.20, +3.00], Holm p = 0.001; significant after Holm's adjustment." in text
+    assert "-0.60 BLEU [-1.10, -0.10], Holm p = 0.2; its interval excludes 0, but not after Holm's adjustment." in text
+    assert ("- Significant after Holm's adjustment: `learned vs sinusoidal` on test_2017_mscoco (-1.20); "
+            "`concat vs sinusoidal` on test_2016_flickr (+1.50), test_2017_flickr (+1.50), "
+            "test_2017_mscoco (+1.50); `concat vs sinusoidal_narrow` on") in text
+    assert ("- Within noise (the interval includes 0): `learned vs sinusoidal` on test_2016_flickr (+0.30), "
+            "test_2017_flickr (+0.30).") in text
+    # dev PPL 8 + i at updates 200 and 300, 9 - i at 100: the ranking turned after update 100
+    assert ("best first: sinusoidal, learned, concat, sinusoidal_narrow. The mean ranking has been the "
+            "same since update 200; at update 200 Kendall's tau against the last ranking is 1") in text
+    assert ("test_2016_flickr, k = 8 (50% of inputs longer than any training source)" in text
+            and "sinusoidal_narrow 18.5 ± 0.707 (57%); concat 17.5 ± 0.707 (56%)" in text)
 
 
 def test_kendall_tau():

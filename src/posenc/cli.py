@@ -46,6 +46,7 @@ STAGES = {
         "--models": "directory of trained models (their dev logs)", "--raw": "references",
         "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
         "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
+        "--findings-md": "Markdown of the conclusions the table supports, to write",
         "--table-csv": "CSV table to write", "--by-length-csv": "BLEU by source length, CSV to write",
         "--curves-csv": "every run's dev perplexity by update, CSV to write (the DVC plot)",
         "--extrapolation-csv": "BLEU by k per variant and test set, CSV to write",

@@ -100,31 +100,49 @@ def run_rows(runs: list[dict], corpus: corpora.Corpus) -> list[dict]:
                                          for split in corpus.scored}} for r in runs]
 
 
+# A control variant and the variant it controls: `sinusoidal_narrow` has concat's narrow token table
+# with the sinusoid summed, so `concat` against it differs only in sum against concatenation (and
+# `sinusoidal_narrow` against the baseline only in the table's width).
+CONTROLS = [("concat", "sinusoidal_narrow")]
+
+
+def comparisons(variants: list[str], baseline: str) -> list[tuple[str, str]]:
+    """The (variant, reference) pairs the report tests: every variant against the baseline, then
+    each variant against its control (CONTROLS) where both were run."""
+    if baseline not in variants:
+        raise UserError(f"params.yaml: report.baseline '{baseline}' is not among the variants "
+                        f"({', '.join(variants)})")
+    return ([(v, baseline) for v in variants if v != baseline]
+            + [(v, c) for v, c in CONTROLS if v in variants and c in variants and baseline not in (v, c)])
+
+
 def significance(runs: list[dict], corpus: corpora.Corpus, raw: Path, baseline: str,
                  samples: int, seed: int) -> dict:
-    """Per test set, every variant against the baseline (posenc.significance): the two-level
-    bootstrap over seeds and sentences, its p-values Holm-adjusted over all variants and test
-    sets; beside it sacreBLEU's paired bootstrap on the first seed's hypotheses."""
+    """Per test set and comparison (`comparisons`; keyed "variant vs reference"): the two-level
+    bootstrap over seeds and sentences (posenc.significance), its p-values Holm-adjusted over every
+    comparison and test set; beside it sacreBLEU's paired bootstrap on the first seed's hypotheses."""
     by_variant: dict[str, list[dict]] = {}
     for r in runs:
         by_variant.setdefault(r["variant"], []).append(r)
-    if baseline not in by_variant:
-        raise UserError(f"params.yaml: report.baseline '{baseline}' is not among the variants "
-                        f"({', '.join(by_variant)})")
+    pairs = comparisons(list(by_variant), baseline)
     result = {}
     for split in corpus.tests:
         hyps = {v: [files.read_lines(hypothesis_path(r["hyps"], split)) for r in mine]
                 for v, mine in by_variant.items()}
         references = read_references(raw, split, len(hyps[baseline][0]))
         stats = {v: [sentence_statistics(h, references) for h in hs] for v, hs in hyps.items()}
-        first = paired_bootstrap((baseline, hyps[baseline][0]),
-                                 [(v, hs[0]) for v, hs in hyps.items() if v != baseline],
-                                 references, samples, seed)
-        result[split] = {v: {"seeds": seed_bootstrap(stats[baseline], stats[v], samples, seed),
-                             "first_seed": first[v]} for v in hyps if v != baseline}
-    adjusted = holm({(split, v): result[split][v]["seeds"]["p"] for split in result for v in result[split]})
-    for (split, v), p in adjusted.items():
-        result[split][v]["seeds"]["p_holm"] = p
+        first = {}
+        for reference in dict.fromkeys(ref for _, ref in pairs):
+            others = [(v, hyps[v][0]) for v, ref in pairs if ref == reference]
+            for v, out in paired_bootstrap((reference, hyps[reference][0]), others, references,
+                                           samples, seed).items():
+                first[v, reference] = out
+        result[split] = {f"{v} vs {ref}": {"variant": v, "reference": ref,
+                                           "seeds": seed_bootstrap(stats[ref], stats[v], samples, seed),
+                                           "first_seed": first[v, ref]} for v, ref in pairs}
+    adjusted = holm({(split, c): result[split][c]["seeds"]["p"] for split in result for c in result[split]})
+    for (split, c), p in adjusted.items():
+        result[split][c]["seeds"]["p_holm"] = p
     return result
 
 
@@ -269,19 +287,23 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                     [[r["variant"]] + [_cell(r[f"chrf_{s}"]) for s in corpus.scored]
                      + [_cell(r[f"bleu_tok_{s}"]) for s in corpus.scored] for r in rows])
     samples = next(iter(next(iter(sig.values())).values()))["seeds"]["samples"]
-    lines += ["", f"Against `{baseline}`, over seeds and sentences (two-level bootstrap, {samples} "
-              "resamples; posenc/significance.py): the difference of mean BLEU, its 95% interval, "
-              "the p-value and, in brackets, the p-value Holm-adjusted over every variant and test "
-              "set. After it, sacreBLEU's paired bootstrap on the first seed alone (p).", ""]
+    controls = [c for c in next(iter(sig.values())) if not c.endswith(f" vs {baseline}")]
+    lines += ["", f"Every variant against `{baseline}`"
+              + "".join(f", `{c.replace(' vs ', '` against its control `')}`" for c in controls)
+              + ", over seeds and sentences (two-level bootstrap, "
+              f"{samples} resamples; posenc/significance.py): the difference of mean BLEU, its 95% "
+              "interval, the p-value and, in brackets, the p-value Holm-adjusted over every "
+              "comparison and test set. After it, sacreBLEU's paired bootstrap on the first seed "
+              "alone (p).", ""]
     body = []
-    for variant in next(iter(sig.values())):
-        cells = [variant]
+    for comparison in next(iter(sig.values())):
+        cells = [comparison]
         for t in tests:
-            s, f = sig[t][variant]["seeds"], sig[t][variant]["first_seed"]
+            s, f = sig[t][comparison]["seeds"], sig[t][comparison]["first_seed"]
             cells.append(f"{s['delta']:+.2f} [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], p = {_p(s['p'], samples)} "
                          f"({_p(s['p_holm'], samples)}); seed 1: p = {f['p']}")
         body.append(cells)
-    lines += _table(["variant", *tests], body)
+    lines += _table(["comparison", *tests], body)
     steps = ranking["steps"]
     lines += ["", "The variants ranked by dev perplexity (best first) along training, mean over seeds; "
               "Kendall's tau against the ranking at the last update, for the mean and for each seed:", ""]
@@ -325,6 +347,102 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
               "- versions: " + ", ".join(f"{k} {v}" for k, v in prov["versions"].items())]
     lines += [f"- data (dvc.lock md5): `{path}` {md5}" for path, md5 in prov["data_md5_from_dvc_lock"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _verdict(s: dict) -> str:
+    """How one seed-aware comparison reads: Holm-adjusted significant, nominal, or within noise."""
+    if s["p_holm"] < 0.05:
+        return "significant after Holm's adjustment"
+    if s["ci"][0] > 0 or s["ci"][1] < 0:
+        return "its interval excludes 0, but not after Holm's adjustment"
+    return "within noise (the interval includes 0)"
+
+
+def _difference(s: dict, samples: int) -> str:
+    return (f"{s['delta']:+.2f} BLEU [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], "
+            f"Holm p = {_p(s['p_holm'], samples)}")
+
+
+def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dict],
+             corpus: corpora.Corpus) -> str:
+    """The conclusions the table supports, each with its seed-aware figure (results/findings.md,
+    which README copies): generated, so that no conclusion outlives the figures it rests on."""
+    tests = corpus.tests
+    first = next(iter(sig.values()))
+    samples = next(iter(first.values()))["seeds"]["samples"]
+    n = rows[0]["dev_ppl"]["n"]
+    row = {r["variant"]: r for r in rows}
+    lines = [f"Generated by `posenc report` from `results/table.json`: {n} training seeds per variant, "
+             "the two-level bootstrap over seeds and test sentences, Holm's adjustment over every "
+             "comparison and test set (Significance over seeds).", ""]
+
+    def comparison(c: str) -> list[str]:
+        return [f"- {t}: {_difference(sig[t][c]['seeds'], samples)}; {_verdict(sig[t][c]['seeds'])}."
+                for t in tests]
+
+    if "learned vs sinusoidal" in first:
+        lines += ["### Table 3 (E): learned against sinusoidal positions", ""]
+        lines += [f"Dev perplexity ({corpus.dev}, last checkpoint): sinusoidal "
+                  f"{_cell(row['sinusoidal']['dev_ppl'])}, learned {_cell(row['learned']['dev_ppl'])}. "
+                  "Test BLEU, learned minus sinusoidal:", ""]
+        lines += comparison("learned vs sinusoidal")
+        same = [t for t in tests if sig[t]["learned vs sinusoidal"]["seeds"]["p_holm"] >= 0.05]
+        differ = [t for t in tests if t not in same]
+        lines += ["", "The paper's result (learned ≈ sinusoidal: 4.92 / 4.92 PPL, 25.8 / 25.7 BLEU) "
+                  + (f"holds here on {', '.join(same)}" if same else "holds here on no test set")
+                  + " (no difference after Holm's adjustment)"
+                  + (f"; it does not on {', '.join(differ)}" if differ else "") + ".", ""]
+    if "concat vs sinusoidal_narrow" in first:
+        lines += ["### Sum against concatenation", ""]
+        parts = [("concat vs sinusoidal_narrow", "where the position goes (the same narrow token table, "
+                  "the sinusoid concatenated or summed)"),
+                 ("sinusoidal_narrow vs sinusoidal", "the token table's width alone (both sum the sinusoid)"),
+                 ("concat vs sinusoidal", "both at once, the comparison the question asks")]
+        for c, what in parts:
+            if c in first:
+                lines += [f"`{c.replace(' vs ', '` minus `')}`: {what}.", ""] + comparison(c) + [""]
+    lines += ["### Every comparison", ""]
+    verdicts = {(c, t): _verdict(sig[t][c]["seeds"]) for c in first for t in tests}
+    for verdict in ("significant after Holm's adjustment",
+                    "its interval excludes 0, but not after Holm's adjustment",
+                    "within noise (the interval includes 0)"):
+        hits = [f"`{c}` on " + ", ".join(f"{t} ({sig[t][c]['seeds']['delta']:+.2f})" for t in tests
+                                        if verdicts[c, t] == verdict)
+                for c in first if any(verdicts[c, t] == verdict for t in tests)]
+        lines += [f"- {verdict[0].upper() + verdict[1:]}: " + ("; ".join(hits) if hits else "none") + "."]
+    steps, mean = ranking["steps"], ranking["mean"]
+    last = mean[steps[-1]]["order"]
+    since = steps[-1]
+    for step in reversed(steps):
+        if mean[step]["order"] != last:
+            break
+        since = step
+    middle = steps[len(steps) // 2]
+    per_seed = ranking["per_seed"][middle]
+    lines += ["", "### Would a longer run change the ranking?", "",
+              f"By dev perplexity at the last update ({steps[-1]}), mean over seeds, best first: "
+              f"{', '.join(last)}. The mean ranking has been the same since update {since}; at update "
+              f"{middle} Kendall's tau against the last ranking is {mean[middle]['tau_vs_last']:g} for "
+              "the mean and " + ", ".join(f"{t:g}" for t in per_seed.values())
+              + f" for seeds {', '.join(str(s) for s in per_seed)}.", ""]
+    ks = sorted({r["k"] for r in extrapolation})
+    if len(ks) > 1:
+        lines += ["### Extrapolation to longer inputs (§3.5)", ""]
+        for split in dict.fromkeys(r["split"] for r in extrapolation):
+            at = {(r["variant"], r["k"]): r for r in extrapolation if r["split"] == split}
+            variants = list(dict.fromkeys(v for v, _ in at))
+            top = ks[-1]
+            kept = {v: at[v, top]["bleu"]["mean"] / at[v, ks[0]]["bleu"]["mean"]
+                    if at[v, ks[0]]["bleu"]["mean"] else 0.0 for v in variants}
+            order = sorted(variants, key=lambda v: -at[v, top]["bleu"]["mean"])
+            longer = at[order[0], top]["longer_than_training"]
+            lines += [f"{split}, k = {top} ({longer:.0%} of inputs longer than any training source): "
+                      "BLEU mean ± std over seeds, and the share of each variant's own k = "
+                      f"{ks[0]} BLEU it keeps: "
+                      + "; ".join(f"{v} {_cell(at[v, top]['bleu'])} ({kept[v]:.0%})" for v in order)
+                      + ". No test over seeds is made here: read differences smaller than the "
+                      "standard deviations as noise.", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def to_csv(rows: list[dict], columns: list[str]) -> str:
@@ -445,6 +563,7 @@ def run(args) -> None:
                                        "extrapolation": extrapolation, "provenance": prov,
                                        "paper": PAPER_ROWS})
     files.write_text(args.table_md, markdown(rows, sig, ranking, extrapolation, corpus, prov, cfg.baseline, runs))
+    files.write_text(args.findings_md, findings(rows, sig, ranking, extrapolation, corpus))
     best = max(rows, key=lambda r: r[f"bleu_{corpus.tests[0]}"]["mean"])
     print(f"report: {len(rows)} variants x {len(seeds)} seeds -> {args.table_md}; best on "
           f"{corpus.tests[0]}: {best['variant']} {best[f'bleu_{corpus.tests[0]}']['mean']} BLEU")
