@@ -70,5 +70,8 @@ def test_bad_options_stop_with_one_line(tiny_data, tiny_model):
                   "--beam", "0", stdin="A man.\n")
     assert error_line(r, "translate") == "posenc translate: error: --beam 0: must be >= 1"
     r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
+                  "--threads", "0", stdin="A man.\n")
+    assert error_line(r, "translate") == "posenc translate: error: --threads 0: must be >= 1"
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
                   "-i", "nothing.en")
     assert "nothing.en: no such file" in error_line(r, "translate")

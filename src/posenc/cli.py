@@ -94,6 +94,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--beam", type=int, help="beam size (default: eval.beam of --params)")
     t.add_argument("--lenpen", type=float, help="length penalty alpha (default: eval.lenpen)")
     t.add_argument("--batch-tokens", type=int, help="source tokens per batch (default: eval.batch_tokens)")
+    t.add_argument("--threads", type=int, help="CPU threads (default: eval.threads, 1: evaluations run "
+                   "two at a time; give every core when translating alone)")
     t.add_argument("--params", default="params.yaml", help="params file for the defaults (default params.yaml)")
     t.add_argument("--lock", default="dvc.lock", help="dvc.lock, to find --model's SentencePiece model")
     r = sub.add_parser("readme", help="copy the generated result blocks into README.md")

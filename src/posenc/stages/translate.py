@@ -45,7 +45,8 @@ def trained_with(model: Path, lock: Path) -> Path:
 
 def run(args) -> None:
     cfg = config.load(args.params, "eval", config.EvalConfig)
-    given = {"beam": args.beam, "lenpen": args.lenpen, "batch_tokens": args.batch_tokens}
+    given = {"beam": args.beam, "lenpen": args.lenpen, "batch_tokens": args.batch_tokens,
+             "threads": args.threads}
     for key, value in given.items():  # the options replace the evaluate stage's params
         if value is not None and value < (0 if key == "lenpen" else 1):
             raise UserError(f"--{key.replace('_', '-')} {value}: must be >= {0 if key == 'lenpen' else 1}")
