@@ -133,6 +133,8 @@ def test_findings_state_each_conclusion_with_its_figure():
               for i, v in enumerate(variants) for s in (1, 2)}
     text = findings(rows, sig, ranking_along_training(curves, runs), extrapolation_rows(runs), corpus)
     assert "2 training seeds per variant" in text
+    assert ("dev perplexity sinusoidal 6.5 ± 0.707, learned 6.5 ± 0.707; dev BLEU sinusoidal "
+            "31.5 ± 0.707, learned 32.5 ± 0.707") in text
     assert "- test_2016_flickr: +0.30 BLEU [-0.40, +1.00], Holm p = 1; within noise (the interval includes 0)." in text
     assert ("holds here on test_2016_flickr, test_2017_flickr (no difference after Holm's adjustment); "
             "it does not on test_2017_mscoco.") in text

@@ -382,9 +382,11 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
 
     if "learned vs sinusoidal" in first:
         lines += ["### Table 3 (E): learned against sinusoidal positions", ""]
-        lines += [f"Dev perplexity ({corpus.dev}, last checkpoint): sinusoidal "
-                  f"{_cell(row['sinusoidal']['dev_ppl'])}, learned {_cell(row['learned']['dev_ppl'])}. "
-                  "Test BLEU, learned minus sinusoidal:", ""]
+        dev = {m: ", ".join(f"{v} {_cell(row[v][m])}" for v in ("sinusoidal", "learned"))
+               for m in ("dev_ppl", f"bleu_{corpus.dev}")}
+        lines += [f"Table 3's columns, on {corpus.dev} with the last checkpoint: dev perplexity "
+                  f"{dev['dev_ppl']}; dev BLEU {dev[f'bleu_{corpus.dev}']}. The test sets, learned "
+                  "minus sinusoidal:", ""]
         lines += comparison("learned vs sinusoidal")
         same = [t for t in tests if sig[t]["learned vs sinusoidal"]["seeds"]["p_holm"] >= 0.05]
         differ = [t for t in tests if t not in same]
