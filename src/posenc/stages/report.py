@@ -287,7 +287,7 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                     [[r["variant"]] + [_cell(r[f"chrf_{s}"]) for s in corpus.scored]
                      + [_cell(r[f"bleu_tok_{s}"]) for s in corpus.scored] for r in rows])
     samples = next(iter(next(iter(sig.values())).values()))["seeds"]["samples"]
-    controls = [c for c in next(iter(sig.values())) if not c.endswith(f" vs {baseline}")]
+    controls = [c for c, e in next(iter(sig.values())).items() if e["reference"] != baseline]
     lines += ["", f"Every variant against `{baseline}`"
               + "".join(f", `{c.replace(' vs ', '` against its control `')}`" for c in controls)
               + ", over seeds and sentences (two-level bootstrap, "
@@ -349,13 +349,17 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
     return "\n".join(lines) + "\n"
 
 
+VERDICTS = ("significant after Holm's adjustment",
+            "its interval excludes 0, but not after Holm's adjustment",
+            "within noise (the interval includes 0)")
+
+
 def _verdict(s: dict) -> str:
-    """How one seed-aware comparison reads: Holm-adjusted significant, nominal, or within noise."""
+    """How one seed-aware comparison reads (VERDICTS): Holm-adjusted significant, nominal, or
+    within noise."""
     if s["p_holm"] < 0.05:
-        return "significant after Holm's adjustment"
-    if s["ci"][0] > 0 or s["ci"][1] < 0:
-        return "its interval excludes 0, but not after Holm's adjustment"
-    return "within noise (the interval includes 0)"
+        return VERDICTS[0]
+    return VERDICTS[1] if s["ci"][0] > 0 or s["ci"][1] < 0 else VERDICTS[2]
 
 
 def _difference(s: dict, samples: int) -> str:
@@ -405,9 +409,7 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                 lines += [f"`{c.replace(' vs ', '` minus `')}`: {what}.", ""] + comparison(c) + [""]
     lines += ["### Every comparison", ""]
     verdicts = {(c, t): _verdict(sig[t][c]["seeds"]) for c in first for t in tests}
-    for verdict in ("significant after Holm's adjustment",
-                    "its interval excludes 0, but not after Holm's adjustment",
-                    "within noise (the interval includes 0)"):
+    for verdict in VERDICTS:
         hits = [f"`{c}` on " + ", ".join(f"{t} ({sig[t][c]['seeds']['delta']:+.2f})" for t in tests
                                         if verdicts[c, t] == verdict)
                 for c in first if any(verdicts[c, t] == verdict for t in tests)]
