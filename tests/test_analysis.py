@@ -105,3 +105,5 @@ def test_measurements_over_seeds_keep_what_every_seed_agrees_on():
     assert combined["variance"] == [2.0, 4.0]
     assert mean(combined["share"]) == 0.3 and fmt(combined["share"], 2) == "0.30 ± 0.07"
     assert fmt(combined["dims"]) == "128" and over_seeds([one]) == one
+    # a count that differs between seeds: one decimal, not the mean's every digit
+    assert fmt(over_seeds([{"dims_90pct": 95}, {"dims_90pct": 96}, {"dims_90pct": 95}])["dims_90pct"]) == "95.3 ± 0.6"

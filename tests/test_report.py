@@ -65,11 +65,11 @@ def test_table_rows_and_markdown_carry_every_column_and_the_paper_rows():
     prov = {"bleu_signature": "BLEU sig", "chrf_signature": "chrF sig", "code_revision": "abc",
             "versions": {"torch": "2.13.0"}, "data_md5_from_dvc_lock": {"data/raw/multi30k": "f00"}}
     text = markdown(rows, sig, ranking, extrapolation, corpus, prov, "sinusoidal", runs)
-    assert "| sinusoidal | 1,000 | 6.5 ± 0.707 | 31.5 ± 0.707 |" in text
+    assert "| sinusoidal | 1,000 | 6.500 ± 0.707 | 31.50 ± 0.71 |" in text
     assert "paper: (E) learned | 65M | 4.92 | 25.7" in text and "BLEU sig" in text and "f00" in text
-    assert "| none vs sinusoidal | -10.00 [-11.00, -9.00], p = < 0.001 (< 0.001); seed 1: p = 0.001" in text
+    assert "| none vs sinusoidal | -10.00 [-11.00, -9.00], p < 0.001 (< 0.001); seed 1: p = 0.001" in text
     assert "| 200 | sinusoidal, none | 1 | 1, 1 |" in text
-    assert "k = 8 (n = 125, longer 50%, up to 160 positions)" in text and "5.5 ± 0.707 (ratio 0.125), at limit 2" in text
+    assert "k = 8 (n = 125, longer 50%, up to 160 positions)" in text and "5.500 ± 0.707 (ratio 0.125), at limit 2" in text
     assert "tok+compound-split BLEU (comparable with Vaswani et al. Tables 2-3" in text
 
 
@@ -129,28 +129,32 @@ def test_findings_state_each_conclusion_with_its_figure():
                "concat vs sinusoidal_narrow": _seeds(2.1, 1.2, 3.0, 0.001)}
     sig = {t: {c: {"seeds": dict(s)} for c, s in figures.items()} for t in corpus.tests}
     sig["test_2017_mscoco"]["learned vs sinusoidal"]["seeds"] = _seeds(-1.2, -2.0, -0.5, 0.01)
+    sig["test_2017_flickr"]["learned vs sinusoidal"]["seeds"] = _seeds(-0.9, -1.5, -0.2, 0.09)
     curves = {f"{v}-{s}": [(100, 9.0 - i), (200, 8.0 + i), (300, 7.0 + i)]
               for i, v in enumerate(variants) for s in (1, 2)}
     text = findings(rows, sig, ranking_along_training(curves, runs), extrapolation_rows(runs), corpus)
     assert "2 training seeds per variant" in text
-    assert ("dev perplexity sinusoidal 6.5 ± 0.707, learned 6.5 ± 0.707; dev BLEU sinusoidal "
-            "31.5 ± 0.707, learned 32.5 ± 0.707") in text
+    assert ("dev perplexity sinusoidal 6.500 ± 0.707, learned 6.500 ± 0.707; dev BLEU sinusoidal "
+            "31.50 ± 0.71, learned 32.50 ± 0.71") in text
     assert "- test_2016_flickr: +0.30 BLEU [-0.40, +1.00], Holm p = 1; within noise (the interval includes 0)." in text
-    assert ("holds here on test_2016_flickr, test_2017_flickr (no difference after Holm's adjustment); "
-            "it does not on test_2017_mscoco.") in text
+    assert ("holds here on test_2016_flickr (the interval includes 0); it holds on test_2017_flickr "
+            "after Holm's adjustment, though the unadjusted interval excludes 0; it does not hold on "
+            "test_2017_mscoco (a difference after Holm's adjustment).") in text
     assert "`concat` minus `sinusoidal_narrow`: where the position goes" in text
     assert "+2.10 BLEU [+1.20, +3.00], Holm p = 0.001; significant after Holm's adjustment." in text
     assert "-0.60 BLEU [-1.10, -0.10], Holm p = 0.2; its interval excludes 0, but not after Holm's adjustment." in text
     assert ("- Significant after Holm's adjustment: `learned vs sinusoidal` on test_2017_mscoco (-1.20); "
             "`concat vs sinusoidal` on test_2016_flickr (+1.50), test_2017_flickr (+1.50), "
             "test_2017_mscoco (+1.50); `concat vs sinusoidal_narrow` on") in text
-    assert ("- Within noise (the interval includes 0): `learned vs sinusoidal` on test_2016_flickr (+0.30), "
-            "test_2017_flickr (+0.30).") in text
+    assert "- Within noise (the interval includes 0): `learned vs sinusoidal` on test_2016_flickr (+0.30)." in text
     # dev PPL 8 + i at updates 200 and 300, 9 - i at 100: the ranking turned after update 100
     assert ("best first: sinusoidal, learned, concat, sinusoidal_narrow. The mean ranking has been the "
             "same since update 200; at update 200 Kendall's tau against the last ranking is 1") in text
     assert ("test_2016_flickr, k = 8 (50% of inputs longer than any training source)" in text
-            and "sinusoidal_narrow 18.5 ± 0.707 (57%); concat 17.5 ± 0.707 (56%)" in text)
+            and "sinusoidal_narrow 18.50 ± 0.71 (57%); concat 17.50 ± 0.71 (56%)" in text)
+    # length ratio 1/k: at k = 8 the brevity penalty is exp(1 - 8)
+    assert ("At k = 8 every variant's output is 12%-12% as long as the joined reference (mean length "
+            "ratio over seeds), so BLEU's brevity penalty alone multiplies its score by at most 0.001") in text
 
 
 def test_kendall_tau():

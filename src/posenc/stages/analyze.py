@@ -193,10 +193,12 @@ def mean(x) -> float:
 
 
 def fmt(x, digits: int | None = None) -> str:
-    """`mean ± std` over seeds, or the number alone where every seed gave it."""
-    def number(v):
-        return f"{v:.{digits}f}" if digits is not None else f"{v:g}"
-    return f"{number(x['seed_mean'])} ± {number(x['seed_std'])}" if isinstance(x, dict) else number(x)
+    """`mean ± std` over seeds (one decimal unless `digits` says), or the number alone where every
+    seed gave it."""
+    if isinstance(x, dict):
+        d = 1 if digits is None else digits
+        return f"{x['seed_mean']:.{d}f} ± {x['seed_std']:.{d}f}"
+    return f"{x:.{digits}f}" if digits is not None else f"{x:g}"
 
 
 # the stage -----------------------------------------------------------------------------------
@@ -267,7 +269,7 @@ def markdown(a: dict, shares: tuple[float, ...]) -> str:
         verdict = ("closer to orthogonal than" if closer else "less orthogonal than" if farther
                    else "as orthogonal as")
         lines.append(f"- {name}: principal subspaces of {fmt(r['k_token'])} (tokens) and {fmt(r['k_position'])} "
-                     f"(positions) dimensions; mean cosine of the principal angles {fmt(r['mean_cos'])} "
+                     f"(positions) dimensions; mean cosine of the principal angles {fmt(r['mean_cos'], 4)} "
                      f"(mean angle {fmt(r['mean_angle_deg'])}°), against {fmt(chance, 4)} ± "
                      f"{fmt(spread, 4)} for random subspaces of the same sizes: {verdict} chance "
                      "(by the means over seeds).")
