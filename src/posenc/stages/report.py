@@ -463,20 +463,27 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
             penalty = math.exp(1 - 1 / ratios[-1]) if ratios[-1] < 1 else 1.0
             lines += [f"At k = {top} every variant's output is {ratios[0]:.0%}-{ratios[-1]:.0%} as long "
                       "as the joined reference (mean length ratio over seeds), so BLEU's brevity "
-                      f"penalty alone multiplies its score by at most {penalty:.3f}: the models end "
-                      "their output long before the input ends, whatever their positions.", ""]
+                      f"penalty alone multiplies its score by at most {penalty:.3f}"
+                      + (": the models end their output long before the input ends, whatever their "
+                         "positions." if ratios[-1] < 0.5 else "."), ""]
             within = [k for k in ks[1:] if at[order[0], k]["longer_than_training"] < 0.05]
-            if within:  # joined inputs no longer than training ones: what is lost is not position
+            if within:  # joined inputs no longer than training ones: what is lost there is not position
                 k = within[-1]
                 bleu = sorted(at[v, k]["bleu"]["mean"] for v in variants)
                 ratio = sorted(at[v, k]["length_ratio"]["mean"] for v in variants)
                 first = sorted(at[v, ks[0]]["bleu"]["mean"] for v in variants)
+                lost = [(at[v, ks[0]]["bleu"]["mean"] - at[v, k]["bleu"]["mean"])
+                        / (at[v, ks[0]]["bleu"]["mean"] - at[v, top]["bleu"]["mean"])
+                        for v in variants if at[v, ks[0]]["bleu"]["mean"] > at[v, top]["bleu"]["mean"]]
+                share = statistics.fmean(lost) if lost else 0.0
                 lines += [f"At k = {k}, where {at[order[0], k]['longer_than_training']:.1%} of inputs are "
                           f"longer than any training source, mean BLEU is already {bleu[0]:g}-{bleu[-1]:g} "
                           f"(k = {ks[0]}: {first[0]:g}-{first[-1]:g}) and the output {ratio[0]:.0%}-"
-                          f"{ratio[-1]:.0%} as long as the reference: most of the loss comes within the "
-                          "lengths trained on, so joined inputs test more than positions (length is a "
-                          "domain of its own, Varis & Bojar 2021).", ""]
+                          f"{ratio[-1]:.0%} as long as the reference: {share:.0%} of the BLEU lost from "
+                          f"k = {ks[0]} to k = {top} (mean over variants) is lost within the lengths "
+                          "trained on" + (", so joined inputs test more than positions (length is a "
+                                          "domain of its own, Varis & Bojar 2021)" if share > 0.5 else "")
+                          + ".", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
