@@ -73,9 +73,14 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
     return runs
 
 
+def _decimals(mean: float) -> int:
+    """How many decimals a mean (and its std) is kept and shown to: 2 above 10, else 3."""
+    return 2 if abs(mean) > 10 else 3
+
+
 def summarize(values: list[float]) -> dict:
     mean = statistics.fmean(values)
-    return {"mean": round(mean, 2 if mean > 10 else 3), "std": round(statistics.stdev(values), 3)
+    return {"mean": round(mean, _decimals(mean)), "std": round(statistics.stdev(values), 3)
             if len(values) > 1 else None, "n": len(values)}
 
 
@@ -257,10 +262,10 @@ def code_revision() -> str:
 
 
 def _cell(s: dict) -> str:
-    """`mean ± std`, both to the decimals summarize() keeps for the mean (2 above 10, else 3)."""
+    """`mean ± std`, both to the mean's decimals."""
     if s is None:
         return ""
-    d = 2 if abs(s["mean"]) > 10 else 3
+    d = _decimals(s["mean"])
     return f"{s['mean']:.{d}f}" + (f" ± {s['std']:.{d}f}" if s.get("std") is not None else "")
 
 
@@ -274,8 +279,7 @@ def _p(p: float, samples: int) -> str:
 
 def _p_is(p: float, samples: int, name: str = "p") -> str:
     """"p = 0.12", or "p < 0.001" where no resample fell on the other side."""
-    shown = _p(p, samples)
-    return f"{name} {shown}" if shown.startswith("<") else f"{name} = {shown}"
+    return f"{name} {_p(p, samples)}" if p == 0 else f"{name} = {_p(p, samples)}"
 
 
 def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dict],
@@ -404,7 +408,7 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                   "minus sinusoidal:", ""]
         lines += comparison("learned vs sinusoidal")
         verdict = {t: _verdict(sig[t]["learned vs sinusoidal"]["seeds"]) for t in tests}
-        noise, nominal, differ = ([t for t in tests if verdict[t] == v] for v in reversed(VERDICTS))
+        differ, nominal, noise = ([t for t in tests if verdict[t] == v] for v in VERDICTS)
         parts = ([f"holds here on {', '.join(noise)} (the interval includes 0)"] if noise else [])
         parts += [f"holds on {', '.join(nominal)} after Holm's adjustment, though the unadjusted "
                   "interval excludes 0"] if nominal else []
@@ -449,9 +453,9 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
             at = {(r["variant"], r["k"]): r for r in extrapolation if r["split"] == split}
             variants = list(dict.fromkeys(v for v, _ in at))
             top = ks[-1]
-            kept = {v: at[v, top]["bleu"]["mean"] / at[v, ks[0]]["bleu"]["mean"]
-                    if at[v, ks[0]]["bleu"]["mean"] else 0.0 for v in variants}
-            order = sorted(variants, key=lambda v: -at[v, top]["bleu"]["mean"])
+            bleu = {key: r["bleu"]["mean"] for key, r in at.items()}
+            kept = {v: bleu[v, top] / bleu[v, ks[0]] if bleu[v, ks[0]] else 0.0 for v in variants}
+            order = sorted(variants, key=lambda v: -bleu[v, top])
             longer = at[order[0], top]["longer_than_training"]
             lines += [f"{split}, k = {top} ({longer:.0%} of inputs longer than any training source): "
                       "BLEU mean ± std over seeds, and the share of each variant's own k = "
@@ -468,19 +472,18 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                          "positions." if ratios[-1] < 0.5 else "."), ""]
             within = [k for k in ks[1:] if at[order[0], k]["longer_than_training"] < 0.05]
             if within:  # joined inputs no longer than training ones: what is lost there is not position
-                k = within[-1]
-                bleu = sorted(at[v, k]["bleu"]["mean"] for v in variants)
+                k, k1 = within[-1], ks[0]
+                at_k = sorted(bleu[v, k] for v in variants)
+                at_k1 = sorted(bleu[v, k1] for v in variants)
                 ratio = sorted(at[v, k]["length_ratio"]["mean"] for v in variants)
-                first = sorted(at[v, ks[0]]["bleu"]["mean"] for v in variants)
-                lost = [(at[v, ks[0]]["bleu"]["mean"] - at[v, k]["bleu"]["mean"])
-                        / (at[v, ks[0]]["bleu"]["mean"] - at[v, top]["bleu"]["mean"])
-                        for v in variants if at[v, ks[0]]["bleu"]["mean"] > at[v, top]["bleu"]["mean"]]
+                lost = [(bleu[v, k1] - bleu[v, k]) / (bleu[v, k1] - bleu[v, top])
+                        for v in variants if bleu[v, k1] > bleu[v, top]]
                 share = statistics.fmean(lost) if lost else 0.0
                 lines += [f"At k = {k}, where {at[order[0], k]['longer_than_training']:.1%} of inputs are "
-                          f"longer than any training source, mean BLEU is already {bleu[0]:g}-{bleu[-1]:g} "
-                          f"(k = {ks[0]}: {first[0]:g}-{first[-1]:g}) and the output {ratio[0]:.0%}-"
+                          f"longer than any training source, mean BLEU is already {at_k[0]:g}-{at_k[-1]:g} "
+                          f"(k = {k1}: {at_k1[0]:g}-{at_k1[-1]:g}) and the output {ratio[0]:.0%}-"
                           f"{ratio[-1]:.0%} as long as the reference: {share:.0%} of the BLEU lost from "
-                          f"k = {ks[0]} to k = {top} (mean over variants) is lost within the lengths "
+                          f"k = {k1} to k = {top} (mean over variants) is lost within the lengths "
                           "trained on" + (", so joined inputs test more than positions (length is a "
                                           "domain of its own, Varis & Bojar 2021)" if share > 0.5 else "")
                           + ".", ""]
