@@ -9,6 +9,7 @@ length limit, so it measures long outputs).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posenc import tokens
+from posenc import runtime, tokens
 from posenc.config import ModelConfig, SinusoidalSettings
 from posenc.decode import translate
 from posenc.model import build_model
@@ -32,7 +33,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    runtime.setup(a.threads)  # as the evaluate stage runs: allocator, threads, determinism
     if a.model:
         model = load_model(Path(a.model))
     else:
@@ -54,7 +55,8 @@ def main() -> None:
             outputs[cached] = translate(model, sources, a.beam, 0.6, 50, 8000, desc="cache" if cached else "no cache",
                                         use_cache=cached)
             rates[cached].append(len(sources) / (time.perf_counter() - start))
-    print(f"{len(sources)} sentences, beam {a.beam}, {a.threads} threads, {a.rounds} rounds; "
+    print(f"{len(sources)} sentences, beam {a.beam}, {a.threads} threads, {a.rounds} rounds, "
+          f"allocator: {os.environ.get('LD_PRELOAD') or 'glibc tuned'}; "
           f"same outputs with and without the cache: {outputs[True] == outputs[False]}")
     for cached in (True, False):
         print(f"{'with cache' if cached else 'without cache':14s} median {statistics.median(rates[cached]):7.1f} "

@@ -226,6 +226,42 @@ def test_beam_search_with_and_without_cache_agree(variant):
     assert all(len(t) < n + 6 for (t, _), n in zip(cached, lengths))  # EOS counts in the limit
 
 
+def reference_beam_search(model, src: torch.Tensor, beam: int, lenpen: float, max_len_extra: int):
+    """Beam search for one sentence, spelled out: every hypothesis's full prefix through the whole
+    model, every (hypothesis, token) candidate ranked (fairseq's rule, as posenc.decode states it)."""
+    src = src[:, : int((src != 0).sum())]
+    limit = src.shape[1] + max_len_extra
+    live, finished = [(0.0, [2])], []
+    for step in range(limit):
+        candidates = []
+        for score, prefix in live:
+            with torch.no_grad():
+                logp = F.log_softmax(model(src, torch.tensor([prefix]))[0, -1], -1)
+            for token in range(logp.shape[0]):
+                if token not in (0, 2) and (step + 1 < limit or token == 3):
+                    candidates.append((score + float(logp[token]), prefix, token))
+        candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * beam]
+        for score, prefix, token in candidates[:beam]:
+            if token == 3 and len(finished) < beam:
+                finished.append((score / length_penalty(step + 1, lenpen), prefix[1:]))
+        if len(finished) >= beam or step + 1 >= limit:
+            break
+        live = [(score, prefix + [token]) for score, prefix, token in candidates if token != 3][:beam]
+    return max(finished)
+
+
+@pytest.mark.parametrize("variant", ["sinusoidal", "alibi"])
+def test_beam_search_finds_what_ranking_every_candidate_finds(variant):
+    """The batched search ranks each hypothesis's 2 x beam best tokens only; a sentence's 2 x beam
+    best candidates are always among them, so it must agree with ranking all beam x vocab."""
+    model = model_of(variant)
+    src, _ = batch()
+    found = beam_search(model, src, beam=3, lenpen=0.6, max_len_extra=4)
+    for row, (tokens, score) in zip(src, found):
+        ref_score, ref_tokens = reference_beam_search(model, row[None], beam=3, lenpen=0.6, max_len_extra=4)
+        assert tokens == ref_tokens and score == pytest.approx(ref_score, abs=1e-4)
+
+
 def test_greedy_is_beam_one_and_picks_the_argmax():
     model = model_of("sinusoidal")
     src, _ = batch()

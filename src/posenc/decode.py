@@ -47,17 +47,20 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
     while len(alive):
         logits = model.decode(seqs[:, -1:] if use_cache else seqs, memory, mask, cache)[:, -1]
         logp = F.log_softmax(logits.float(), dim=-1)
-        logp[:, [c.pad_id, c.bos_id]] = float("-inf")  # never generated
-        n, vocab = len(alive), logp.shape[-1]
+        logp[:, c.pad_id] = logp[:, c.bos_id] = float("-inf")  # never generated
+        n = len(alive)
         at_limit = step + 1 >= max_lens[alive]
         if at_limit.any():  # only EOS may follow
             rows = at_limit.repeat_interleave(beam)
             eos = logp[rows, c.eos_id]
             logp[rows] = float("-inf")
             logp[rows, c.eos_id] = eos
-        candidates = (scores[:, :, None] + logp.view(n, beam, vocab)).view(n, beam * vocab)
+        # A sentence's 2 x beam best continuations are among the 2 x beam best of each of its
+        # hypotheses: rank those few instead of all beam x vocab sums (the same sums).
+        best_logp, best_token = logp.topk(2 * beam, dim=1)
+        candidates = (scores.view(-1, 1) + best_logp).view(n, 2 * beam * beam)
         top_scores, top = candidates.topk(2 * beam, dim=1)
-        top_beam, top_token = top // vocab, top % vocab
+        top_beam, top_token = top // (2 * beam), best_token.view(n, -1).gather(1, top)
         is_eos = top_token == c.eos_id
         # A hypothesis ends when EOS is among the `beam` best candidates of its sentence.
         for i, r in (is_eos[:, :beam] & top_scores[:, :beam].isfinite()).nonzero().tolist():
@@ -71,7 +74,7 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
         seqs = torch.cat((seqs[rows], top_token.gather(1, pick).view(-1, 1)), dim=1)
         if cache is not None:
             cache.reorder(rows)
-        done = torch.tensor([len(finished[int(s)]) >= beam for s in alive]) | at_limit.cpu()
+        done = torch.tensor([len(finished[s]) >= beam for s in alive.tolist()]) | at_limit.cpu()
         if done.any():
             keep = (~done).nonzero().view(-1).to(src.device)
             rows = (keep[:, None] * beam + torch.arange(beam, device=src.device)).view(-1)
