@@ -8,9 +8,13 @@ same run with preallocated outputs: every matrix product one training step runs 
 real step, with its shapes and memory layouts), replayed alone; "peak" is their FLOPs over their
 time, and the fastest single shape is printed beside it.
 
-Real part (--arrays): posenc.training.train itself, in this process, for --real-steps updates of the
-default profile's params on the prepared data, --real-rounds times; its timings give FLOPs (torch's
-count) and the seconds spent in updates. Run from the project root:
+Real part (--arrays), in two measurements. First, both models step on the first --real-batches
+batches that training with seed 1 sees (real lengths and padding), interleaved as above, their
+FLOPs counted before the timing. Then posenc.training.train itself, in this process, for
+--real-steps updates of the default profile's params on the prepared data, --real-rounds times; its
+timings give FLOPs (torch's count) and the seconds spent in updates, which include the stage's
+own bookkeeping: the first step of each batch shape runs under FlopCounterMode
+(posenc/flops.py), and nearly every step of a short run is a first. Run from the project root:
 
     python benchmarks/train_throughput.py --arrays data/prepared/arrays   # both parts
     python benchmarks/train_throughput.py --glibc-defaults   # without posenc.allocator.tune()
@@ -31,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from posenc import allocator, config, corpora, tokens, training
+from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, SinusoidalSettings
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
@@ -73,9 +79,10 @@ def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
 
 
 def loss_of(model, batch):
-    """The summed label-smoothed loss, as posenc.training computes it."""
+    """The summed label-smoothed loss, as posenc.training computes it (pad id 0; synthetic batches
+    have no padding)."""
     src, tgt_in, tgt_out = batch
-    return F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(),
+    return F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0,
                            label_smoothing=0.1, reduction="sum")
 
 
@@ -154,19 +161,38 @@ def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
     return flops / seconds, best
 
 
-def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
-    """posenc.training.train on the prepared data for `steps` updates of the profile's settings
-    for `sinusoidal` (one checkpoint, no averaging, one dev evaluation at the end); its timings
-    record. The threads are this benchmark's (set in main), not the profile's."""
+def profile_inputs(arrays: Path, params: Path):
+    """The default profile's model settings (variant sinusoidal), training settings and data."""
     sp = tokens.load_tokenizer(arrays.parent / "spm.model")
     model_config = config.load(params, "model", ModelConfig, positional="sinusoidal",
                                position=config.load_positional(params, "sinusoidal"),
                                vocab_size=sp.vocab_size(), pad_id=sp.pad_id(), bos_id=sp.bos_id(),
                                eos_id=sp.eos_id())
     spec = corpora.get(config.load(params, "data", config.DataConfig).corpus)
-    corpus = training.read_corpus(model_config, spec, arrays)
-    cfg = dataclasses.replace(config.load(params, "train", config.TrainConfig), max_steps=steps,
-                              save_every=steps, dev_every=steps, average_last=1, threads=threads)
+    train_config = config.load(params, "train", config.TrainConfig)
+    return model_config, train_config, training.read_corpus(model_config, spec, arrays)
+
+
+def real_batches(arrays: Path, params: Path, n: int, synthetic: ModelConfig) -> list[tuple]:
+    """The first n batches that training with seed 1 sees, as (source, decoder input, target)."""
+    model_config, cfg, corpus = profile_inputs(arrays, params)
+    ids = lambda c: (c.vocab_size, c.pad_id, c.bos_id)  # noqa: E731
+    if ids(model_config) != ids(synthetic):
+        raise SystemExit(f"{arrays}: vocabulary, pad and BOS ids {ids(model_config)} differ from the "
+                         f"benchmark's {ids(synthetic)}; pass --vocab {model_config.vocab_size}")
+    lens = [len(s) for s in corpus.train_src], [len(t) for t in corpus.train_tgt]
+    batches = make_batches(*map(np.array, lens), cfg.max_tokens, 1)
+    return [collate(corpus.train_src, corpus.train_tgt, batches[b], model_config.pad_id, model_config.bos_id)
+            for b in epoch_order(len(batches), 1, 0)[:n]]
+
+
+def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
+    """posenc.training.train on the prepared data for `steps` updates of the profile's settings
+    for `sinusoidal` (one checkpoint, no averaging, one dev evaluation at the end); its timings
+    record. The threads are this benchmark's (set in main), not the profile's."""
+    model_config, train_config, corpus = profile_inputs(arrays, params)
+    cfg = dataclasses.replace(train_config, max_steps=steps, save_every=steps, dev_every=steps,
+                              average_last=1, threads=threads)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         training.train(model_config, cfg, 1, corpus, training.Paths(
@@ -175,6 +201,16 @@ def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
         rows = (t / "train.tsv").read_text().splitlines()[1:]
     timings["tokens"] = sum(int(r.split("\t")[3]) for r in rows)
     return timings
+
+
+def interleaved(models, optimizers, data, tokens_per_round, rounds: int) -> dict[str, list[float]]:
+    """Target tokens/s of each model over `data`, one figure a round; rounds interleave the models,
+    so drift in machine speed hits them alike."""
+    rates = {k: [] for k in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            rates[name].append(tokens_per_round / sum(step_time(model, optimizers[name], b) for b in data))
+    return rates
 
 
 def profile_top(model, optimizer, data, rows: int = 5) -> str:
@@ -204,6 +240,7 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="print the top operators of posenc's step")
     p.add_argument("--arrays", type=Path, help="prepared arrays: also time the real training loop")
     p.add_argument("--params", type=Path, default=Path("params.yaml"))
+    p.add_argument("--real-batches", type=int, default=20, help="real batches timed step by step")
     p.add_argument("--real-steps", type=int, default=100)
     p.add_argument("--real-rounds", type=int, default=3)
     a = p.parse_args()
@@ -217,15 +254,13 @@ def main() -> None:
     optimizers = {k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
                   for k, m in models.items()}
     data = batches(a.steps, a.sentences, a.length, a.vocab, seed=1)
+    real = real_batches(a.arrays, a.params, a.real_batches, c) if a.arrays else None  # fails early
     for name, model in models.items():  # warm-up
         step_time(model, optimizers[name], data[0])
     tokens_per_round = a.sentences * a.length * a.steps
     flops = {name: step_flops(model, data[0]) for name, model in models.items()}
     peak, best = matmul_peak(models["posenc"], optimizers["posenc"], data[0])
-    rates = {k: [] for k in models}
-    for _ in range(a.rounds):  # interleaved, so drift in machine speed hits both alike
-        for name, model in models.items():
-            rates[name].append(tokens_per_round / sum(step_time(model, optimizers[name], b) for b in data))
+    rates = interleaved(models, optimizers, data, tokens_per_round, a.rounds)
     print(f"d_model {a.d_model}, d_ff {a.d_ff}, {a.layers}+{a.layers} layers, {a.heads} heads, "
           f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds, "
           f"allocator: {os.environ.get('LD_PRELOAD') or ('glibc tuned' if tuned else 'glibc as it is')}")
@@ -242,7 +277,21 @@ def main() -> None:
     if a.profile:
         print(profile_top(models["posenc"], optimizers["posenc"], data))
     if a.arrays:
+        n_tokens = sum(int((t != c.pad_id).sum()) for _, _, t in real)
+        real_flops = {name: sum(step_flops(model, b) for b in real) for name, model in models.items()}
+        real_rates = interleaved(models, optimizers, real, n_tokens, a.rounds)
+        print(f"real batches (the first {len(real)} that training sees, {n_tokens:,} target tokens, "
+              f"FLOPs counted before the timing), {a.rounds} rounds:")
+        for name, r in real_rates.items():
+            per_s = statistics.median(r) / n_tokens * real_flops[name]
+            print(f"{name:22s} median {statistics.median(r):8.0f} target tokens/s; "
+                  f"{per_s / 1e9:.1f} GFLOP/s = {per_s / peak:.0%} of the peak")
+        ratios = [x / y for x, y in zip(real_rates["posenc"], real_rates["torch.nn.Transformer"])]
+        print(f"ratio posenc / torch.nn.Transformer on real batches: median {statistics.median(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
         runs = [real_loop(a.arrays, a.params, a.real_steps, a.threads) for _ in range(a.real_rounds)]
+        if not all(r["update_s"] for r in runs):  # the timings record rounds to 0.1 s
+            raise SystemExit(f"--real-steps {a.real_steps}: too few updates to time; raise --real-steps")
         in_updates = [r["train_flops"] / r["update_s"] for r in runs]
         whole = [r["train_flops"] / r["wall_s"] for r in runs]
         m = statistics.median(in_updates)

@@ -1,0 +1,53 @@
+"""The benchmarks run on the tiny profile and print every figure they promise. Their speed is never
+asserted here: README's Performance section quotes what they print on the real profile."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+
+def bench(work: Path, script: str, *args: str) -> str:
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=work,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_data):
+    out = bench(tiny_data, "train_throughput.py", "--d-model", "32", "--d-ff", "64", "--layers", "1",
+                "--heads", "2", "--vocab", "400", "--sentences", "4", "--length", "5", "--steps", "1",
+                "--rounds", "2", "--threads", "1", "--arrays", "data/prepared/arrays",
+                "--real-batches", "2", "--real-steps", "24", "--real-rounds", "1")
+    assert re.search(r"matmul peak: [\d.]+ GFLOP/s", out)
+    for model in ("posenc", "torch.nn.Transformer"):  # synthetic, then real batches
+        assert len(re.findall(rf"^{re.escape(model)} +median +\d+ target tokens/s.* = \d+% of the peak",
+                              out, re.M)) == 2
+    assert re.search(r"^ratio posenc / torch.nn.Transformer: median [\d.]+", out, re.M)
+    assert re.search(r"real batches \(the first 2 that training sees, [\d,]+ target tokens", out)
+    assert re.search(r"^ratio posenc / torch.nn.Transformer on real batches: median [\d.]+", out, re.M)
+    assert re.search(r"^real loop \(params.yaml, 24 updates, 1 rounds\): .* = \d+% of the peak", out, re.M)
+
+
+def test_train_throughput_refuses_real_batches_of_another_vocabulary(tiny_data):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--d-model", "32",
+                        "--d-ff", "64", "--layers", "1", "--heads", "2", "--sentences", "4", "--length", "5",
+                        "--steps", "1", "--rounds", "1", "--threads", "1", "--arrays", "data/prepared/arrays"],
+                       cwd=tiny_data, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == (
+        "data/prepared/arrays: vocabulary, pad and BOS ids (400, 0, 2) differ from the benchmark's "
+        "(8000, 0, 2); pass --vocab 400")
+
+
+def test_decode_speed_prints_both_searches_and_that_they_agree(tiny_data, tiny_model):
+    out = bench(tiny_data, "decode_speed.py", "--model", "evalm/model.pt", "--arrays", "data/prepared/arrays",
+                "--sentences", "6", "--rounds", "1", "--threads", "1")
+    assert "same outputs with and without the cache: True" in out
+    assert re.search(r"^with cache +median +[\d.]+ sentences/s", out, re.M)
+    assert re.search(r"^without cache +median +[\d.]+ sentences/s", out, re.M)
+    assert re.search(r"^speed-up from the cache: [\d.]+x$", out, re.M)
