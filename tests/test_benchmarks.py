@@ -11,17 +11,24 @@ from pathlib import Path
 from conftest import ROOT
 
 
+def run(work: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=work,
+                          capture_output=True, text=True)
+
+
 def bench(work: Path, script: str, *args: str) -> str:
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=work,
-                       capture_output=True, text=True)
+    r = run(work, script, *args)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
+# a model smaller than the tiny profile's, one synthetic step: the figures, not their size, matter
+SMALL_STEP = ("--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2", "--sentences", "4",
+              "--length", "5", "--steps", "1", "--threads", "1", "--arrays", "data/prepared/arrays")
+
+
 def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_data):
-    out = bench(tiny_data, "train_throughput.py", "--d-model", "32", "--d-ff", "64", "--layers", "1",
-                "--heads", "2", "--vocab", "400", "--sentences", "4", "--length", "5", "--steps", "1",
-                "--rounds", "2", "--threads", "1", "--arrays", "data/prepared/arrays",
+    out = bench(tiny_data, "train_throughput.py", *SMALL_STEP, "--vocab", "400", "--rounds", "2",
                 "--real-batches", "2", "--real-steps", "24", "--real-rounds", "1")
     assert re.search(r"matmul peak: [\d.]+ GFLOP/s", out)
     for model in ("posenc", "torch.nn.Transformer"):  # synthetic, then real batches
@@ -34,10 +41,7 @@ def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_dat
 
 
 def test_train_throughput_refuses_real_batches_of_another_vocabulary(tiny_data):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--d-model", "32",
-                        "--d-ff", "64", "--layers", "1", "--heads", "2", "--sentences", "4", "--length", "5",
-                        "--steps", "1", "--rounds", "1", "--threads", "1", "--arrays", "data/prepared/arrays"],
-                       cwd=tiny_data, capture_output=True, text=True)
+    r = run(tiny_data, "train_throughput.py", *SMALL_STEP, "--rounds", "1")
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1] == (
         "data/prepared/arrays: vocabulary, pad and BOS ids (400, 0, 2) differ from the benchmark's "
