@@ -162,7 +162,8 @@ def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
 
 
 def profile_inputs(arrays: Path, params: Path):
-    """The default profile's model settings (variant sinusoidal), training settings and data."""
+    """The default profile's model settings (variant sinusoidal), training settings and data: the
+    `prepared` that real_batches and real_loop take."""
     sp = tokens.load_tokenizer(arrays.parent / "spm.model")
     model_config = config.load(params, "model", ModelConfig, positional="sinusoidal",
                                position=config.load_positional(params, "sinusoidal"),
@@ -173,24 +174,25 @@ def profile_inputs(arrays: Path, params: Path):
     return model_config, train_config, training.read_corpus(model_config, spec, arrays)
 
 
-def real_batches(arrays: Path, params: Path, n: int, synthetic: ModelConfig) -> list[tuple]:
+def real_batches(prepared, n: int, synthetic: ModelConfig, arrays: Path) -> list[tuple]:
     """The first n batches that training with seed 1 sees, as (source, decoder input, target)."""
-    model_config, cfg, corpus = profile_inputs(arrays, params)
-    ids = lambda c: (c.vocab_size, c.pad_id, c.bos_id)  # noqa: E731
-    if ids(model_config) != ids(synthetic):
-        raise SystemExit(f"{arrays}: vocabulary, pad and BOS ids {ids(model_config)} differ from the "
-                         f"benchmark's {ids(synthetic)}; pass --vocab {model_config.vocab_size}")
-    lens = [len(s) for s in corpus.train_src], [len(t) for t in corpus.train_tgt]
-    batches = make_batches(*map(np.array, lens), cfg.max_tokens, 1)
+    model_config, cfg, corpus = prepared
+    real = (model_config.vocab_size, model_config.pad_id, model_config.bos_id)
+    ours = (synthetic.vocab_size, synthetic.pad_id, synthetic.bos_id)
+    if real != ours:
+        raise SystemExit(f"{arrays}: vocabulary, pad and BOS ids {real} differ from the "
+                         f"benchmark's {ours}; pass --vocab {model_config.vocab_size}")
+    lens = np.array([len(s) for s in corpus.train_src]), np.array([len(t) for t in corpus.train_tgt])
+    batches = make_batches(*lens, cfg.max_tokens, 1)
     return [collate(corpus.train_src, corpus.train_tgt, batches[b], model_config.pad_id, model_config.bos_id)
             for b in epoch_order(len(batches), 1, 0)[:n]]
 
 
-def real_loop(arrays: Path, params: Path, steps: int, threads: int) -> dict:
+def real_loop(prepared, steps: int, threads: int) -> dict:
     """posenc.training.train on the prepared data for `steps` updates of the profile's settings
     for `sinusoidal` (one checkpoint, no averaging, one dev evaluation at the end); its timings
     record. The threads are this benchmark's (set in main), not the profile's."""
-    model_config, train_config, corpus = profile_inputs(arrays, params)
+    model_config, train_config, corpus = prepared
     cfg = dataclasses.replace(train_config, max_steps=steps, save_every=steps, dev_every=steps,
                               average_last=1, threads=threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,7 +256,8 @@ def main() -> None:
     optimizers = {k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
                   for k, m in models.items()}
     data = batches(a.steps, a.sentences, a.length, a.vocab, seed=1)
-    real = real_batches(a.arrays, a.params, a.real_batches, c) if a.arrays else None  # fails early
+    prepared = profile_inputs(a.arrays, a.params) if a.arrays else None  # read once, checked early
+    real = real_batches(prepared, a.real_batches, c, a.arrays) if prepared else None
     for name, model in models.items():  # warm-up
         step_time(model, optimizers[name], data[0])
     tokens_per_round = a.sentences * a.length * a.steps
@@ -289,7 +292,7 @@ def main() -> None:
         ratios = [x / y for x, y in zip(real_rates["posenc"], real_rates["torch.nn.Transformer"])]
         print(f"ratio posenc / torch.nn.Transformer on real batches: median {statistics.median(ratios):.3f} "
               f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
-        runs = [real_loop(a.arrays, a.params, a.real_steps, a.threads) for _ in range(a.real_rounds)]
+        runs = [real_loop(prepared, a.real_steps, a.threads) for _ in range(a.real_rounds)]
         if not all(r["update_s"] for r in runs):  # the timings record rounds to 0.1 s
             raise SystemExit(f"--real-steps {a.real_steps}: too few updates to time; raise --real-steps")
         in_updates = [r["train_flops"] / r["update_s"] for r in runs]
