@@ -269,6 +269,11 @@ def _cell(s: dict) -> str:
     return f"{s['mean']:.{d}f}" + (f" ± {s['std']:.{d}f}" if s.get("std") is not None else "")
 
 
+def _span(values: list[float], spec: str) -> str:
+    """"lowest-highest" of the values, each formatted by `spec`."""
+    return f"{min(values):{spec}}-{max(values):{spec}}"
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -463,26 +468,26 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                       + "; ".join(f"{v} {_cell(at[v, top]['bleu'])} ({kept[v]:.0%})" for v in order)
                       + ". No test over seeds is made here: read differences smaller than the "
                       "standard deviations as noise.", ""]
-            ratios = sorted(at[v, top]["length_ratio"]["mean"] for v in variants)
-            penalty = math.exp(1 - 1 / ratios[-1]) if ratios[-1] < 1 else 1.0
-            lines += [f"At k = {top} every variant's output is {ratios[0]:.0%}-{ratios[-1]:.0%} as long "
+            ratio = {key: r["length_ratio"]["mean"] for key, r in at.items()}
+            top_ratio = [ratio[v, top] for v in variants]
+            penalty = math.exp(1 - 1 / max(top_ratio)) if max(top_ratio) < 1 else 1.0
+            lines += [f"At k = {top} every variant's output is {_span(top_ratio, '.0%')} as long "
                       "as the joined reference (mean length ratio over seeds), so BLEU's brevity "
                       f"penalty alone multiplies its score by at most {penalty:.3f}"
                       + (": the models end their output long before the input ends, whatever their "
-                         "positions." if ratios[-1] < 0.5 else "."), ""]
+                         "positions." if max(top_ratio) < 0.5 else "."), ""]
             within = [k for k in ks[1:] if at[order[0], k]["longer_than_training"] < 0.05]
             if within:  # joined inputs no longer than training ones: what is lost there is not position
                 k, k1 = within[-1], ks[0]
-                at_k = sorted(bleu[v, k] for v in variants)
-                at_k1 = sorted(bleu[v, k1] for v in variants)
-                ratio = sorted(at[v, k]["length_ratio"]["mean"] for v in variants)
                 lost = [(bleu[v, k1] - bleu[v, k]) / (bleu[v, k1] - bleu[v, top])
                         for v in variants if bleu[v, k1] > bleu[v, top]]
                 share = statistics.fmean(lost) if lost else 0.0
                 lines += [f"At k = {k}, where {at[order[0], k]['longer_than_training']:.1%} of inputs are "
-                          f"longer than any training source, mean BLEU is already {at_k[0]:g}-{at_k[-1]:g} "
-                          f"(k = {k1}: {at_k1[0]:g}-{at_k1[-1]:g}) and the output {ratio[0]:.0%}-"
-                          f"{ratio[-1]:.0%} as long as the reference: {share:.0%} of the BLEU lost from "
+                          f"longer than any training source, mean BLEU is already "
+                          f"{_span([bleu[v, k] for v in variants], 'g')} (k = {k1}: "
+                          f"{_span([bleu[v, k1] for v in variants], 'g')}) and the output "
+                          f"{_span([ratio[v, k] for v in variants], '.0%')} as long as the reference: "
+                          f"{share:.0%} of the BLEU lost from "
                           f"k = {k1} to k = {top} (mean over variants) is lost within the lengths "
                           "trained on" + (", so joined inputs test more than positions (length is a "
                                           "domain of its own, Varis & Bojar 2021)" if share > 0.5 else "")
