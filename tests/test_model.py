@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc.decode import beam_search, length_penalty
+from posenc.decode import beam_search, going_on, length_penalty
 from posenc.errors import UserError
 from posenc.model import AttentionCache, build_model, count_parameters
 from posenc.config import AlibiSettings, ConcatSettings, RopeSettings, SinusoidalNarrowSettings
@@ -197,14 +197,14 @@ def test_cached_decoding_equals_a_full_forward_pass(variant):
     with torch.no_grad():
         full = model(src, tgt)
         memory, mask = model.encode(src)
-        cache = model.new_cache(7)
+        cache = model.new_cache(7, memory)
         steps = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache) for i in range(7)], 1)
         assert torch.allclose(full, steps, atol=1e-5)
         # three beams of one sentence for three steps; then beam search keeps beams 2, 0, 0 and
         # the cache must continue those prefixes
         beams = src[:1].expand(3, -1)
         memory, mask = model.encode(beams)
-        cache = model.new_cache(7)
+        cache = model.new_cache(7, memory)
         for i in range(3):
             model.decode(tgt[:, i:i + 1], memory, mask, cache)
         rows = torch.tensor([2, 0, 0])
@@ -288,3 +288,30 @@ def test_the_decoding_cache_reorders_rows_in_its_own_buffers():
     cache.append(k[:, :, :1], k[:, :, :1])
     with pytest.raises(ValueError, match="beyond the cache's 5 positions"):
         cache.append(k[:, :, :1], k[:, :, :1])
+
+
+def test_dropping_finished_sentences_keeps_the_rest_and_moves_only_what_it_must():
+    done = [False, False, True, False, False, True, False, False, False, True]
+    order = going_on(done)
+    assert sorted(order) == [i for i, d in enumerate(done) if not d]
+    # only the two places of finished sentences below the new end take a sentence from beyond it
+    assert [i for i, s in enumerate(order) if s != i] == [2, 5]
+    assert going_on([True, True, False]) == [2] and going_on([True]) == []
+
+
+def test_the_decoding_state_gives_each_sentence_its_beams():
+    """Beam search decodes its first step once a sentence, then repeats the state for its beams:
+    going on from there equals decoding every beam from the start."""
+    model = model_of("sinusoidal")
+    src, tgt = batch()
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        cache = model.new_cache(7, memory)
+        model.decode(tgt[:, :1], memory, mask, cache)
+        cache.repeat(2)
+        assert cache.self_attn[0].k.shape[0] == cache.cross_attn[0].k.shape[0] == 6
+        assert cache.self_attn[0].k.is_contiguous() and cache.cross_attn[0].k.is_contiguous()
+        doubled, mask2 = tgt.repeat_interleave(2, 0), mask.repeat_interleave(2, 0)
+        later = torch.cat([model.decode(doubled[:, i:i + 1], memory, mask2, cache) for i in range(1, 7)], 1)
+        full = model(src.repeat_interleave(2, 0), doubled)[:, 1:]
+        assert torch.allclose(later, full, atol=1e-5)

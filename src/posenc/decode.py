@@ -21,6 +21,21 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+def going_on(done: list[bool]) -> list[int]:
+    """The sentences that are not `done`, in the order that moves the fewest rows of the caches:
+    each finished sentence's place goes to the last of those beyond the new end, the others stay.
+    (Nothing depends on the order of the sentences in a batch; keeping it would move every row
+    after the first finished one.)"""
+    order = [i for i, d in enumerate(done) if not d]
+    n = len(order)
+    beyond = [i for i in order if i >= n]
+    holes = [i for i in range(n) if done[i]]
+    order = list(range(n))
+    for hole, last in zip(holes, reversed(beyond)):
+        order[hole] = last
+    return order
+
+
 @torch.no_grad()
 def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int,
                 use_cache: bool = True) -> list[tuple[list[int], float]]:
@@ -36,16 +51,23 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
     if model.max_len is not None:  # a learned position table bounds the output length
         max_lens = max_lens.clamp(max=model.max_len)
     memory, mask = model.encode(src)
-    memory, mask = memory.repeat_interleave(beam, 0), mask.repeat_interleave(beam, 0)
+    cache = model.new_cache(int(max_lens.max()) + 1, memory) if use_cache else None
     alive = torch.arange(n_src)
     scores = torch.full((n_src, beam), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # every beam starts as the same BOS: let one of them expand
     seqs = torch.full((n_src * beam, 1), c.bos_id, dtype=torch.long, device=src.device)
-    cache = model.new_cache(int(max_lens.max()) + 1) if use_cache else None
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n_src)]
     step = 0
     while len(alive):
-        logits = model.decode(seqs[:, -1:] if use_cache else seqs, memory, mask, cache)[:, -1]
+        if step == 0:  # every beam is the same BOS: decode one row a sentence, then give it its beams
+            logits = model.decode(seqs[::beam], memory, mask, cache)[:, -1].repeat_interleave(beam, 0)
+            mask = mask.repeat_interleave(beam, 0)
+            if cache is None:
+                memory = memory.repeat_interleave(beam, 0)
+            else:  # it holds all that later steps read of the memory
+                cache.repeat(beam)
+        else:
+            logits = model.decode(seqs[:, -1:] if use_cache else seqs, memory, mask, cache)[:, -1]
         logp = F.log_softmax(logits.float(), dim=-1)
         logp[:, c.pad_id] = logp[:, c.bos_id] = float("-inf")  # never generated
         n = len(alive)
@@ -72,16 +94,17 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
         scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)
         rows = (torch.arange(n, device=src.device)[:, None] * beam + top_beam.gather(1, pick)).view(-1)
         seqs = torch.cat((seqs[rows], top_token.gather(1, pick).view(-1, 1)), dim=1)
-        if cache is not None:
-            cache.reorder(rows)
         done = torch.tensor([len(finished[s]) >= beam for s in alive.tolist()]) | at_limit.cpu()
+        kept = None
         if done.any():
-            keep = (~done).nonzero().view(-1).to(src.device)
-            rows = (keep[:, None] * beam + torch.arange(beam, device=src.device)).view(-1)
-            alive, scores, seqs = alive[keep.cpu()], scores[keep], seqs[rows]
-            memory, mask = memory[rows], mask[rows]
-            if cache is not None:
-                cache.keep(rows)
+            keep = torch.tensor(going_on(done.tolist()), dtype=torch.long, device=src.device)
+            kept = (keep[:, None] * beam + torch.arange(beam, device=src.device)).view(-1)
+            alive, scores, seqs = alive[keep.cpu()], scores[keep], seqs[kept]
+            mask = mask[kept]
+            if cache is None:
+                memory = memory[kept]
+        if cache is not None:
+            cache.reorder(rows, kept)
         step += 1
     best = [max(hyps) for hyps in finished]
     return [(tokens, score) for score, tokens in best]

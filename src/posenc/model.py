@@ -29,8 +29,9 @@ class AttentionCache:
     """The keys and values one attention has computed, kept between decoding steps.
 
     Self-attention appends each step's keys and values into buffers allocated once, for
-    `capacity` positions, at the first step; cross-attention's are the memory's, set at the first
-    step (capacity None). `select` reorders the rows in place for beam search.
+    `capacity` positions, at the first step; cross-attention's are the memory's, set when the
+    decoding state is made (capacity None; see `Transformer.new_cache`). `select` reorders the
+    rows in place for beam search.
     """
 
     def __init__(self, capacity: int | None):
@@ -51,7 +52,19 @@ class AttentionCache:
         return self.k[:, :, :end], self.v[:, :, :end]
 
     def set(self, k: Tensor, v: Tensor) -> None:
-        self.k, self.v, self.length = k, v, k.shape[2]
+        # Contiguous once, so that no decoding step copies them for its q·kᵀ and ·v products.
+        self.k, self.v, self.length = k.contiguous(), v.contiguous(), k.shape[2]
+
+    def repeat(self, times: int) -> None:
+        """Each row becomes `times` rows in a row (beam search, after its first step). Self-attention
+        copies only its filled positions into new buffers of the same capacity."""
+        if self.capacity is None:
+            self.k, self.v = self.k.repeat_interleave(times, 0), self.v.repeat_interleave(times, 0)
+            return
+        filled = self.k[:, :, :self.length], self.v[:, :, :self.length]
+        self.k, self.v = (b.new_empty((times * b.shape[0], *b.shape[1:])) for b in (self.k, self.v))
+        self.k[:, :, :self.length] = filled[0].repeat_interleave(times, 0)
+        self.v[:, :, :self.length] = filled[1].repeat_interleave(times, 0)
 
     def select(self, rows: Tensor, moved: Tensor | None = None) -> None:
         """Keep the rows `rows` (indices into the current rows), in that order, in the same buffers.
@@ -75,18 +88,23 @@ class DecoderCache:
         self.self_attn = [AttentionCache(capacity) for _ in range(layers)]
         self.cross_attn = [AttentionCache(None) for _ in range(layers)]
 
-    def reorder(self, rows: Tensor) -> None:
-        """Beam search picked `rows` as the next step's hypotheses. Cross-attention keys need no
-        reorder: a sentence's beams share one source."""
+    def reorder(self, rows: Tensor, kept: Tensor | None = None) -> None:
+        """Beam search picked `rows` as the next step's hypotheses, of which only the rows `kept`
+        go on (finished sentences dropped; None: all). Self-attention takes both in one copy;
+        cross-attention only the drop, as a sentence's beams share one source."""
+        if kept is not None:
+            rows = rows[kept]
+            moved = moved_rows(kept)
+            for c in self.cross_attn:
+                c.select(kept, moved)
         moved = moved_rows(rows)
         for c in self.self_attn:
             c.select(rows, moved)
 
-    def keep(self, rows: Tensor) -> None:
-        """Only `rows` go on (finished sentences dropped): from self- and cross-attention alike."""
-        moved = moved_rows(rows)
+    def repeat(self, times: int) -> None:
+        """Each row becomes `times` rows in a row: one sentence's state, given to each of its beams."""
         for c in self.self_attn + self.cross_attn:
-            c.select(rows, moved)
+            c.repeat(times)
 
 
 class MultiHeadAttention(nn.Module):
@@ -96,8 +114,9 @@ class MultiHeadAttention(nn.Module):
     `position` (self-attention only) is the variant's module (posenc.positional): it rotates
     queries and keys, and/or biases the logits. Without a bias the attention is one call of
     scaled_dot_product_attention with the boolean mask or `is_causal` (its fast kernels); a bias
-    is folded with the masks into one float `attn_mask`; Shaw's value term needs the weights, so
-    that variant forms them itself.
+    is folded with the masks into one float `attn_mask`. Shaw's value term needs the weights, so
+    that variant forms them itself, as does incremental decoding (one query a step), where plain
+    products are faster than those kernels.
     """
 
     def __init__(self, d_model: int, heads: int, position: AttentionPositions | None = None):
@@ -108,6 +127,10 @@ class MultiHeadAttention(nn.Module):
 
     def split(self, x: Tensor) -> Tensor:  # (B, L, d) -> (B, heads, L, d_head)
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention's keys and values of the encoder output (§3.2.3)."""
+        return self.split(self.k(memory)), self.split(self.v(memory))
 
     def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Self-attention's queries and keys for `x` at `positions`, rotated where the variant does."""
@@ -133,7 +156,8 @@ class MultiHeadAttention(nn.Module):
 
         With `cache`, keys and values of earlier steps (self) or of the memory (cross) are kept
         there, so incremental decoding computes each of them once; the cached keys sit at
-        positions 0, 1, ..., so `positions` are those of the newest steps.
+        positions 0, 1, ..., so `positions` are those of the newest steps, and cross-attention
+        reads its keys from the cache, not from `memory`.
         """
         if memory is None:
             q, k = self.queries_keys(x, positions)
@@ -142,15 +166,9 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
         else:
             q = self.split(self.q(x))
-            if cache is not None and cache.k is not None:
-                k, v = cache.k, cache.v
-            else:
-                k, v = self.split(self.k(memory)), self.split(self.v(memory))
-                if cache is not None:
-                    cache.set(k, v)
-        if self.position is None or not self.position.has_bias:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        else:
+            k, v = self.keys_values(memory) if cache is None else (cache.k, cache.v)
+        bias = None
+        if self.position is not None and self.position.has_bias:
             k_positions = positions if cache is None else torch.arange(k.shape[2], device=k.device)
             bias = self.position.bias(q, positions, k_positions)
             blocked = torch.tensor(float("-inf"), dtype=bias.dtype, device=bias.device)
@@ -159,11 +177,22 @@ class MultiHeadAttention(nn.Module):
             if causal:
                 future = torch.ones(bias.shape[-2:], dtype=torch.bool, device=q.device).triu(1)
                 bias = torch.where(future, blocked, bias)
-            if self.position.has_values:
-                weights = (self.scores(q, k) + bias).softmax(-1)
-                out = weights @ v + self.position.values(weights, positions, k_positions)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        has_values = bias is not None and self.position.has_values
+        if cache is None and not has_values:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if bias is None else bias,
+                                                 is_causal=causal and bias is None)
+        else:
+            # Shaw's value term needs the weights. One query a step (incremental decoding) needs
+            # them not, but runs faster as plain products at that size (README, Performance).
+            logits = self.scores(q, k)
+            if bias is not None:
+                logits = logits + bias
+            elif mask is not None:
+                logits = logits.masked_fill(~mask, float("-inf"))
+            weights = logits.softmax(-1)
+            out = weights @ v
+            if has_values:
+                out = out + self.position.values(weights, positions, k_positions)
         return self.o(out.transpose(1, 2).flatten(2))
 
 
@@ -266,7 +295,8 @@ class Transformer(nn.Module):
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
                cache: DecoderCache | None = None) -> Tensor:
         """Logits (B, T, vocab) for target inputs (B, T). With a cache (see `new_cache`), `tgt` holds
-        only the newest tokens and the cache supplies everything before them."""
+        only the newest tokens, the cache supplies everything before them and the cross-attention
+        keys and values, and `memory` is not read."""
         offset = 0 if cache is None else cache.length
         positions = _positions(tgt, offset)
         x = self.embed_with_positions(tgt, positions)
@@ -280,9 +310,14 @@ class Transformer(nn.Module):
     def logits(self, h: Tensor) -> Tensor:
         return F.linear(h[..., : self.positional.token_dim], self.embed.weight)
 
-    def new_cache(self, capacity: int) -> DecoderCache:
-        """An empty decoding state for outputs of up to `capacity` positions (BOS included)."""
-        return DecoderCache(len(self.decoder), capacity)
+    def new_cache(self, capacity: int, memory: Tensor) -> DecoderCache:
+        """The decoding state for outputs of up to `capacity` positions (BOS included) over the
+        encoder output `memory` (B, S, d_model), whose cross-attention keys and values each layer
+        computes here, once."""
+        cache = DecoderCache(len(self.decoder), capacity)
+        for layer, cross in zip(self.decoder, cache.cross_attn):
+            cross.set(*layer.cross_attn.keys_values(memory))
+        return cache
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         memory, src_mask = self.encode(src)
