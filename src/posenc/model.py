@@ -182,8 +182,8 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if bias is None else bias,
                                                  is_causal=causal and bias is None)
         else:
-            # Shaw's value term needs the weights. One query a step (incremental decoding) needs
-            # them not, but runs faster as plain products at that size (README, Performance).
+            # Shaw's value term needs the weights; for one query a step (incremental decoding),
+            # plain products are also faster than the fused kernel (README, Performance).
             logits = self.scores(q, k)
             if bias is not None:
                 logits = logits + bias
