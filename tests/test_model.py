@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from posenc.decode import beam_search, going_on, length_penalty
 from posenc.errors import UserError
-from posenc.model import AttentionCache, build_model, count_parameters
+from posenc.cache import AttentionCache, DecoderCache
+from posenc.model import build_model, count_parameters
 from posenc.config import AlibiSettings, ConcatSettings, RopeSettings, SinusoidalNarrowSettings
 from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
 from posenc.training import lr_at
@@ -197,14 +198,14 @@ def test_cached_decoding_equals_a_full_forward_pass(variant):
     with torch.no_grad():
         full = model(src, tgt)
         memory, mask = model.encode(src)
-        cache = model.new_cache(7, memory)
+        cache = DecoderCache(model, 7, memory)
         steps = torch.cat([model.decode(tgt[:, i:i + 1], memory, mask, cache) for i in range(7)], 1)
         assert torch.allclose(full, steps, atol=1e-5)
         # three beams of one sentence for three steps; then beam search keeps beams 2, 0, 0 and
         # the cache must continue those prefixes
         beams = src[:1].expand(3, -1)
         memory, mask = model.encode(beams)
-        cache = model.new_cache(7, memory)
+        cache = DecoderCache(model, 7, memory)
         for i in range(3):
             model.decode(tgt[:, i:i + 1], memory, mask, cache)
         rows = torch.tensor([2, 0, 0])
@@ -306,7 +307,7 @@ def test_the_decoding_state_gives_each_sentence_its_beams():
     src, tgt = batch()
     with torch.no_grad():
         memory, mask = model.encode(src)
-        cache = model.new_cache(7, memory)
+        cache = DecoderCache(model, 7, memory)
         model.decode(tgt[:, :1], memory, mask, cache)
         cache.repeat(2)
         assert cache.self_attn[0].k.shape[0] == cache.cross_attn[0].k.shape[0] == 6

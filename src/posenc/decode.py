@@ -14,6 +14,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from posenc.batching import pad
+from posenc.cache import DecoderCache
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -51,7 +52,7 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
     if model.max_len is not None:  # a learned position table bounds the output length
         max_lens = max_lens.clamp(max=model.max_len)
     memory, mask = model.encode(src)
-    cache = model.new_cache(int(max_lens.max()) + 1, memory) if use_cache else None
+    cache = DecoderCache(model, int(max_lens.max()) + 1, memory) if use_cache else None
     alive = torch.arange(n_src)
     scores = torch.full((n_src, beam), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # every beam starts as the same BOS: let one of them expand
