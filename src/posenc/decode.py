@@ -27,12 +27,10 @@ def going_on(done: list[bool]) -> list[int]:
     each finished sentence's place goes to the last of those beyond the new end, the others stay.
     (Nothing depends on the order of the sentences in a batch; keeping it would move every row
     after the first finished one.)"""
-    order = [i for i, d in enumerate(done) if not d]
-    n = len(order)
-    beyond = [i for i in order if i >= n]
-    holes = [i for i in range(n) if done[i]]
+    n = len(done) - sum(done)
+    beyond = [i for i in range(n, len(done)) if not done[i]]
     order = list(range(n))
-    for hole, last in zip(holes, reversed(beyond)):
+    for hole, last in zip((i for i in range(n) if done[i]), reversed(beyond)):
         order[hole] = last
     return order
 
