@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc.decode import beam_search, going_on, length_penalty
+from posenc.decode import beam_search, going_on, length_penalty, top_k
 from posenc.errors import UserError
 from posenc.cache import AttentionCache, DecoderCache
 from posenc.model import build_model, count_parameters
@@ -316,3 +316,46 @@ def test_the_decoding_state_gives_each_sentence_its_beams():
         later = torch.cat([model.decode(doubled[:, i:i + 1], memory, mask2, cache) for i in range(1, 7)], 1)
         full = model(src.repeat_interleave(2, 0), doubled)[:, 1:]
         assert torch.allclose(later, full, atol=1e-5)
+
+
+@pytest.mark.parametrize("width", [8000, 1001, 40])
+def test_top_k_finds_what_torch_topk_finds(width):
+    """Over rows as wide as a vocabulary (or not a whole number of chunks, or narrower than k
+    chunks), with blocked entries as beam search has them."""
+    g = torch.Generator().manual_seed(width)
+    x = torch.randn(50, width, generator=g) * 3
+    x[:, :3] = float("-inf")  # pad and BOS, never generated
+    x[7, :] = float("-inf")
+    x[7, 5] = 0.0  # a row at its length limit: only EOS may follow
+    values, indices = top_k(x, 8)
+    expected = x.topk(8, dim=1)
+    finite = values.isfinite()
+    assert torch.equal(values, expected.values)
+    assert torch.equal(indices[finite], expected.indices[finite])  # -inf ties may come in any order
+    assert indices[7, 0] == 5 and finite.sum() == 49 * 8 + 1
+
+
+@pytest.mark.parametrize("variant", ["sinusoidal", "rope", "relative"])
+def test_bits_do_not_depend_on_torchs_fill_of_new_memory(variant):
+    """posenc.runtime turns off torch's NaN fill of new tensors under deterministic algorithms:
+    nothing posenc computes may read memory it has not written, in training or in beam search."""
+    src, tgt = batch()
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory)
+    results = []
+    try:
+        torch.use_deterministic_algorithms(True)
+        for fill in (True, False):
+            torch.utils.deterministic.fill_uninitialized_memory = fill
+            model = model_of(variant, dropout=0.1).train()
+            loss = F.cross_entropy(model(src, tgt).flatten(0, 1), tgt.roll(-1, 1).flatten(),
+                                   ignore_index=0, label_smoothing=0.1, reduction="sum")
+            loss.backward()
+            grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+            found = beam_search(model.eval(), src, beam=4, lenpen=0.6, max_len_extra=6)
+            results.append((grads, found))
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.utils.deterministic.fill_uninitialized_memory = before[1]
+    (grads_on, found_on), (grads_off, found_off) = results
+    assert all(torch.equal(a, b) for a, b in zip(grads_on, grads_off)) and found_on == found_off

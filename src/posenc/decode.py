@@ -22,6 +22,27 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+def top_k(x: Tensor, k: int, width: int = 64) -> tuple[Tensor, Tensor]:
+    """`x.topk(k, dim=1)` for rows as wide as the vocabulary, in a few cheap passes.
+
+    The k largest entries of a row lie in the k chunks (of `width` columns) with the largest
+    maxima: a chunk holding one of them has a maximum at least the k-th largest. So a row's chunk
+    maxima are ranked, and only k chunks are searched. On the CPU torch.topk over 8,000 columns
+    took 1.3 ns an entry, twice this (README, Performance). The same values and indices, up to the
+    order of exact ties.
+    """
+    n, v = x.shape
+    if v <= k * width:
+        return x.topk(k, dim=1)
+    if v % width:  # F.pad copies even when it pads nothing
+        x = F.pad(x, (0, -v % width), value=float("-inf"))
+    chunks = x.view(n, -1, width)
+    best = chunks.amax(-1).topk(k, dim=1).indices
+    candidates = chunks.gather(1, best[:, :, None].expand(-1, -1, width)).view(n, k * width)
+    values, at = candidates.topk(k, dim=1)
+    return values, best.gather(1, at // width) * width + at % width
+
+
 def going_on(done: list[bool]) -> list[int]:
     """The sentences that are not `done`, in the order that moves the fewest rows of the caches:
     each finished sentence's place goes to the last of those beyond the new end, the others stay.
@@ -78,7 +99,7 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
             logp[rows, c.eos_id] = eos
         # A sentence's 2 x beam best continuations are among the 2 x beam best of each of its
         # hypotheses: rank those few instead of all beam x vocab sums (the same sums).
-        best_logp, best_token = logp.topk(2 * beam, dim=1)
+        best_logp, best_token = top_k(logp, 2 * beam)
         candidates = (scores.view(-1, 1) + best_logp).view(n, 2 * beam * beam)
         top_scores, top = candidates.topk(2 * beam, dim=1)
         top_beam, top_token = top // (2 * beam), best_token.view(n, -1).gather(1, top)
