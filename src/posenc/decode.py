@@ -27,9 +27,9 @@ def top_k(x: Tensor, k: int, width: int = 64) -> tuple[Tensor, Tensor]:
 
     The k largest entries of a row lie in the k chunks (of `width` columns) with the largest
     maxima: a chunk holding one of them has a maximum at least the k-th largest. So a row's chunk
-    maxima are ranked, and only k chunks are searched. On the CPU torch.topk over 8,000 columns
-    took 1.3 ns an entry, twice this (README, Performance). The same values and indices, up to the
-    order of exact ties.
+    maxima are ranked, and only k chunks are searched. On the CPU, torch.topk over 8,000 columns
+    took twice as long as this (README, Performance). The same values and indices, up to the order
+    of exact ties.
     """
     n, v = x.shape
     if v <= k * width:
