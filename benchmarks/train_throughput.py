@@ -20,6 +20,7 @@ own bookkeeping: the first step of each batch shape runs under FlopCounterMode
     python benchmarks/train_throughput.py --glibc-defaults   # without posenc.allocator.tune()
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python benchmarks/train_throughput.py
     python benchmarks/train_throughput.py --profile          # top operators of posenc's step
+    python benchmarks/train_throughput.py --bf16             # posenc's step under bfloat16 autocast too
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ class TorchTransformer(nn.Module):
         h = self.core(self.embed_pos(src), self.embed_pos(tgt), tgt_mask=mask, tgt_is_causal=True,
                       src_key_padding_mask=src == self.pad, memory_key_padding_mask=src == self.pad)
         return F.linear(h, self.embed.weight)
+
+
+class Autocast(nn.Module):
+    """The model's forward under bfloat16 autocast, its logits returned in float32 for the loss."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src, tgt):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.model(src, tgt).float()
 
 
 def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
@@ -124,16 +137,16 @@ class MatmulRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def replay_time(func, operands, reps: int) -> float:
+def replay_time(func, operands, reps: int, dtype: torch.dtype = torch.float32) -> float:
     """Median seconds of one product with these operands, into a preallocated output."""
     # as laid out in the step: transposed views and broadcast biases included
-    ts = [torch.randn(1 + sum((n - 1) * st for n, st in zip(shape, stride))).as_strided(shape, stride)
+    ts = [torch.randn(1 + sum((n - 1) * st for n, st in zip(shape, stride)), dtype=dtype).as_strided(shape, stride)
           for shape, stride in operands]
     if func is torch.ops.aten.addmm_.default:
         run = lambda: ts[0].addmm_(ts[1], ts[2])  # noqa: E731
     else:
         factors = ts[-2:]
-        out = torch.empty(*factors[0].shape[:-1], factors[1].shape[-1])
+        out = torch.empty(*factors[0].shape[:-1], factors[1].shape[-1], dtype=dtype)
         op = torch.bmm if func is torch.ops.aten.bmm.default else torch.mm
         run = ((lambda: torch.addmm(ts[0], *factors, out=out)) if func is torch.ops.aten.addmm.default
                else (lambda: op(*factors, out=out)))
@@ -146,9 +159,10 @@ def replay_time(func, operands, reps: int) -> float:
     return statistics.median(times)
 
 
-def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
-    """(FLOP/s of the step's own matrix products, replayed alone with preallocated outputs: their
-    FLOPs over their summed time; FLOP/s of the fastest single one)."""
+def matmul_peak(model, optimizer, batch, reps: int = 10,
+                dtype: torch.dtype = torch.float32) -> tuple[float, float]:
+    """(FLOP/s of the step's own matrix products, replayed alone with preallocated outputs of
+    `dtype`: their FLOPs over their summed time; FLOP/s of the fastest single one)."""
     recorder = MatmulRecorder()
     with recorder:
         step(model, optimizer, batch)
@@ -156,7 +170,7 @@ def matmul_peak(model, optimizer, batch, reps: int = 10) -> tuple[float, float]:
     for (func, operands), n in collections.Counter(recorder.calls).items():
         (a_shape, _), (b_shape, _) = operands[-2:]
         f = 2 * math.prod(a_shape) * b_shape[-1]
-        t = replay_time(func, operands, reps)
+        t = replay_time(func, operands, reps, dtype)
         flops, seconds, best = flops + n * f, seconds + n * t, max(best, f / t)
     return flops / seconds, best
 
@@ -240,6 +254,9 @@ def main() -> None:
     p.add_argument("--glibc-defaults", action="store_true",
                    help="leave glibc's allocator as it is (training tunes it: posenc.allocator)")
     p.add_argument("--profile", action="store_true", help="print the top operators of posenc's step")
+    p.add_argument("--bf16", action="store_true",
+                   help="also time posenc's step under bfloat16 autocast: another computation, so never a "
+                        "speed-up by issue 11's rules, but native on CPUs with AMX")
     p.add_argument("--arrays", type=Path, help="prepared arrays: also time the real training loop")
     p.add_argument("--params", type=Path, default=Path("params.yaml"))
     p.add_argument("--real-batches", type=int, default=20, help="real batches timed step by step")
@@ -277,6 +294,16 @@ def main() -> None:
     ratios = [x / y for x, y in zip(rates["posenc"], rates["torch.nn.Transformer"])]
     print(f"ratio posenc / torch.nn.Transformer: median {statistics.median(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+    if a.bf16:
+        bf16_peak, _ = matmul_peak(models["posenc"], optimizers["posenc"], data[0], dtype=torch.bfloat16)
+        pair = {"float32": models["posenc"], "bf16": Autocast(models["posenc"])}
+        step_time(pair["bf16"], optimizers["posenc"], data[0])  # warm-up
+        r = interleaved(pair, dict.fromkeys(pair, optimizers["posenc"]), data, tokens_per_round, a.rounds)
+        ratios = [x / y for x, y in zip(r["bf16"], r["float32"])]
+        print(f"bfloat16 autocast: the step's products {bf16_peak / 1e9:.1f} GFLOP/s "
+              f"({bf16_peak / peak:.1f}x float32's); posenc median {statistics.median(r['bf16']):.0f} "
+              f"target tokens/s, {statistics.median(ratios):.2f}x float32's "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     if a.profile:
         print(profile_top(models["posenc"], optimizers["posenc"], data))
     if a.arrays:
