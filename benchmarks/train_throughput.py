@@ -20,6 +20,7 @@ own bookkeeping: the first step of each batch shape runs under FlopCounterMode
     python benchmarks/train_throughput.py --glibc-defaults   # without posenc.allocator.tune()
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python benchmarks/train_throughput.py
     python benchmarks/train_throughput.py --profile          # top operators of posenc's step
+    python benchmarks/train_throughput.py --parts            # its parts' times, without the profiler
     python benchmarks/train_throughput.py --bf16             # posenc's step under bfloat16 autocast too
 """
 
@@ -91,12 +92,16 @@ def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
     return out
 
 
-def loss_of(model, batch):
+def loss_from(logits, target):
     """The summed label-smoothed loss, as posenc.training computes it (pad id 0; synthetic batches
     have no padding)."""
-    src, tgt_in, tgt_out = batch
-    return F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0,
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0,
                            label_smoothing=0.1, reduction="sum")
+
+
+def loss_of(model, batch):
+    src, tgt_in, tgt_out = batch
+    return loss_from(model(src, tgt_in), tgt_out)
 
 
 def step(model, optimizer, batch) -> None:
@@ -230,13 +235,66 @@ def interleaved(models, optimizers, data, tokens_per_round, rounds: int) -> dict
 
 
 def profile_top(model, optimizer, data, rows: int = 5) -> str:
-    """The operators of posenc's steps by self CPU time (torch.profiler)."""
+    """The operators of posenc's steps by self CPU time (torch.profiler), and the steps' time with
+    and without it: the profiler's own cost falls on some operators more than on others."""
     from torch.profiler import profile
 
+    plain = sum(step_time(model, optimizer, b) for b in data)
+    start = time.perf_counter()
     with profile() as p:
         for b in data:
             step(model, optimizer, b)
-    return p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    profiled = time.perf_counter() - start
+    return (p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows) +
+            f"\nprofiled: {profiled / len(data) * 1e3:.0f} ms a step, against "
+            f"{plain / len(data) * 1e3:.0f} ms unprofiled just before")
+
+
+def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
+    """Median milliseconds of posenc's step in its parts, each timed with perf_counter (no
+    profiler): forward to the logits, loss, backward, Adam; then, alone at the step's shapes, the
+    output projection (the tied embedding, §3.4) forward and backward, and the loss forward and
+    backward. The projection's FLOPs (torch's count) are returned beside them."""
+    src, tgt_in, tgt_out = data[0]
+    hidden = torch.randn(*tgt_in.shape, model.config.d_model, requires_grad=True)
+    logits = torch.randn(*tgt_in.shape, model.config.vocab_size, requires_grad=True)
+    grad = torch.randn(*logits.shape)
+
+    def projection_alone():
+        model.logits(hidden).backward(grad)
+        hidden.grad = model.embed.weight.grad = None
+
+    def loss_alone():
+        loss_from(logits, tgt_out).backward()
+        logits.grad = None
+
+    def ms(f) -> float:
+        start = time.perf_counter()
+        f()
+        return (time.perf_counter() - start) * 1e3
+
+    with FlopCounterMode(display=False) as counter:
+        projection_alone()
+    parts = collections.defaultdict(list)
+    for _ in range(rounds):
+        for src, tgt_in, tgt_out in data:
+            optimizer.zero_grad(set_to_none=True)
+            t = [time.perf_counter()]
+            out = model(src, tgt_in)
+            t.append(time.perf_counter())
+            loss = loss_from(out, tgt_out)
+            t.append(time.perf_counter())
+            loss.backward()
+            t.append(time.perf_counter())
+            optimizer.step()
+            t.append(time.perf_counter())
+            for name, start, end in zip(("forward", "loss", "backward", "Adam"), t, t[1:]):
+                parts[name].append((end - start) * 1e3)
+            parts["projection alone"].append(ms(projection_alone))
+            parts["loss alone"].append(ms(loss_alone))
+    result = {k: statistics.median(v) for k, v in parts.items()}
+    result["projection FLOPs"] = counter.get_total_flops()
+    return result
 
 
 def main() -> None:
@@ -254,6 +312,8 @@ def main() -> None:
     p.add_argument("--glibc-defaults", action="store_true",
                    help="leave glibc's allocator as it is (training tunes it: posenc.allocator)")
     p.add_argument("--profile", action="store_true", help="print the top operators of posenc's step")
+    p.add_argument("--parts", action="store_true",
+                   help="time posenc's step in parts, and its output projection and loss alone")
     p.add_argument("--bf16", action="store_true",
                    help="also time posenc's step under bfloat16 autocast: another computation, so never a "
                         "speed-up by issue 11's rules, but native on CPUs with AMX")
@@ -304,6 +364,19 @@ def main() -> None:
               f"({bf16_peak / peak:.1f}x float32's); posenc median {statistics.median(r['bf16']):.0f} "
               f"target tokens/s, {statistics.median(ratios):.2f}x float32's "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    if a.parts:
+        ms = step_parts(models["posenc"], optimizers["posenc"], data, a.rounds)
+        step_ms = ms["forward"] + ms["loss"] + ms["backward"] + ms["Adam"]
+        proj_flops, rest_flops = ms["projection FLOPs"], flops["posenc"] - ms["projection FLOPs"]
+        rest_ms = step_ms - ms["projection alone"] - ms["loss alone"]
+        share = lambda f, ms: f"{f / 1e9:.1f} GFLOP, {f / ms / 1e6:.1f} GFLOP/s = {f / ms * 1e3 / peak:.0%}"  # noqa: E731
+        print(f"posenc's step in parts (perf_counter, median of {a.rounds} rounds x {len(data)} steps): "
+              f"forward {ms['forward']:.0f} ms, loss {ms['loss']:.0f}, backward {ms['backward']:.0f}, "
+              f"Adam {ms['Adam']:.0f}; {step_ms:.0f} in all")
+        print(f"  alone at its shapes: output projection forward + backward {ms['projection alone']:.0f} ms "
+              f"({share(proj_flops, ms['projection alone'])}); loss forward + backward "
+              f"{ms['loss alone']:.0f} ms ({ms['loss alone'] / step_ms:.0%} of the step); the rest of the "
+              f"step {rest_ms:.0f} ms ({share(rest_flops, rest_ms)})")
     if a.profile:
         print(profile_top(models["posenc"], optimizers["posenc"], data))
     if a.arrays:
