@@ -22,6 +22,7 @@ own bookkeeping: the first step of each batch shape runs under FlopCounterMode
     python benchmarks/train_throughput.py --profile          # top operators of posenc's step
     python benchmarks/train_throughput.py --parts            # its parts' times, without the profiler
     python benchmarks/train_throughput.py --bf16             # posenc's step under bfloat16 autocast too
+    python benchmarks/train_throughput.py --compile          # and under torch.compile
 """
 
 from __future__ import annotations
@@ -312,6 +313,9 @@ def main() -> None:
     p.add_argument("--glibc-defaults", action="store_true",
                    help="leave glibc's allocator as it is (training tunes it: posenc.allocator)")
     p.add_argument("--profile", action="store_true", help="print the top operators of posenc's step")
+    p.add_argument("--compile", action="store_true",
+                   help="also time posenc's step under torch.compile (inductor fuses the passes between "
+                        "the products: other floating-point results, so never a speed-up by issue 11's rules)")
     p.add_argument("--parts", action="store_true",
                    help="time posenc's step in parts, and its output projection and loss alone")
     p.add_argument("--bf16", action="store_true",
@@ -363,6 +367,14 @@ def main() -> None:
         print(f"bfloat16 autocast: the step's products {bf16_peak / 1e9:.1f} GFLOP/s "
               f"({bf16_peak / peak:.1f}x float32's); posenc median {statistics.median(r['bf16']):.0f} "
               f"target tokens/s, {statistics.median(ratios):.2f}x float32's "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    if a.compile:
+        pair = {"eager": models["posenc"], "compiled": torch.compile(models["posenc"])}
+        compile_s = step_time(pair["compiled"], optimizers["posenc"], data[0])  # compiles; one shape
+        r = interleaved(pair, dict.fromkeys(pair, optimizers["posenc"]), data, tokens_per_round, a.rounds)
+        ratios = [x / y for x, y in zip(r["compiled"], r["eager"])]
+        print(f"torch.compile: compiled in {compile_s:.0f} s; posenc median {statistics.median(r['compiled']):.0f} "
+              f"target tokens/s, {statistics.median(ratios):.2f}x eager's "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     if a.parts:
         ms = step_parts(models["posenc"], optimizers["posenc"], data, a.rounds)

@@ -29,8 +29,8 @@ SMALL_STEP = ("--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2"
 
 def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_data):
     out = bench(tiny_data, "train_throughput.py", *SMALL_STEP, "--vocab", "400", "--rounds", "2",
-                "--real-batches", "2", "--real-steps", "24", "--real-rounds", "1", "--bf16", "--parts",
-                "--profile")
+                "--real-batches", "2", "--real-steps", "24", "--real-rounds", "1", "--bf16", "--compile",
+                "--parts", "--profile")
     assert re.search(r"matmul peak: [\d.]+ GFLOP/s", out)
     for model in ("posenc", "torch.nn.Transformer"):  # synthetic, then real batches
         assert len(re.findall(rf"^{re.escape(model)} +median +\d+ target tokens/s.* = \d+% of the peak",
@@ -38,6 +38,8 @@ def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_dat
     assert re.search(r"^ratio posenc / torch.nn.Transformer: median [\d.]+", out, re.M)
     assert re.search(r"^bfloat16 autocast: the step's products [\d.]+ GFLOP/s \([\d.]+x float32's\); "
                      r"posenc median \d+ target tokens/s, [\d.]+x float32's", out, re.M)
+    assert re.search(r"^torch.compile: compiled in \d+ s; posenc median \d+ target tokens/s, [\d.]+x "
+                     r"eager's", out, re.M)
     assert re.search(r"^posenc's step in parts \(perf_counter, median of 2 rounds x 1 steps\): forward "
                      r"\d+ ms, loss \d+, backward \d+, Adam \d+; \d+ in all", out, re.M)
     assert re.search(r"^  alone at its shapes: output projection forward \+ backward \d+ ms \([\d.]+ GFLOP, "
