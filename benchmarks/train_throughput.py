@@ -256,9 +256,9 @@ def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
     profiler): forward to the logits, loss, backward, Adam; then, alone at the step's shapes, the
     output projection (the tied embedding, §3.4) forward and backward, and the loss forward and
     backward. The projection's FLOPs (torch's count) are returned beside them."""
-    src, tgt_in, tgt_out = data[0]
-    hidden = torch.randn(*tgt_in.shape, model.config.d_model, requires_grad=True)
-    logits = torch.randn(*tgt_in.shape, model.config.vocab_size, requires_grad=True)
+    target = data[0][2]
+    hidden = torch.randn(*target.shape, model.config.d_model, requires_grad=True)
+    logits = torch.randn(*target.shape, model.config.vocab_size, requires_grad=True)
     grad = torch.randn(*logits.shape)
 
     def projection_alone():
@@ -266,7 +266,7 @@ def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
         hidden.grad = model.embed.weight.grad = None
 
     def loss_alone():
-        loss_from(logits, tgt_out).backward()
+        loss_from(logits, target).backward()
         logits.grad = None
 
     def ms(f) -> float:
@@ -377,17 +377,17 @@ def main() -> None:
               f"target tokens/s, {statistics.median(ratios):.2f}x eager's "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     if a.parts:
-        ms = step_parts(models["posenc"], optimizers["posenc"], data, a.rounds)
-        step_ms = ms["forward"] + ms["loss"] + ms["backward"] + ms["Adam"]
-        proj_flops, rest_flops = ms["projection FLOPs"], flops["posenc"] - ms["projection FLOPs"]
-        rest_ms = step_ms - ms["projection alone"] - ms["loss alone"]
+        part = step_parts(models["posenc"], optimizers["posenc"], data, a.rounds)
+        step_ms = part["forward"] + part["loss"] + part["backward"] + part["Adam"]
+        proj_flops, rest_flops = part["projection FLOPs"], flops["posenc"] - part["projection FLOPs"]
+        rest_ms = step_ms - part["projection alone"] - part["loss alone"]
         share = lambda f, ms: f"{f / 1e9:.1f} GFLOP, {f / ms / 1e6:.1f} GFLOP/s = {f / ms * 1e3 / peak:.0%}"  # noqa: E731
         print(f"posenc's step in parts (perf_counter, median of {a.rounds} rounds x {len(data)} steps): "
-              f"forward {ms['forward']:.0f} ms, loss {ms['loss']:.0f}, backward {ms['backward']:.0f}, "
-              f"Adam {ms['Adam']:.0f}; {step_ms:.0f} in all")
-        print(f"  alone at its shapes: output projection forward + backward {ms['projection alone']:.0f} ms "
-              f"({share(proj_flops, ms['projection alone'])}); loss forward + backward "
-              f"{ms['loss alone']:.0f} ms ({ms['loss alone'] / step_ms:.0%} of the step); the rest of the "
+              f"forward {part['forward']:.0f} ms, loss {part['loss']:.0f}, backward {part['backward']:.0f}, "
+              f"Adam {part['Adam']:.0f}; {step_ms:.0f} in all")
+        print(f"  alone at its shapes: output projection forward + backward {part['projection alone']:.0f} ms "
+              f"({share(proj_flops, part['projection alone'])}); loss forward + backward "
+              f"{part['loss alone']:.0f} ms ({part['loss alone'] / step_ms:.0%} of the step); the rest of the "
               f"step {rest_ms:.0f} ms ({share(rest_flops, rest_ms)})")
     if a.profile:
         print(profile_top(models["posenc"], optimizers["posenc"], data))
