@@ -276,6 +276,9 @@ def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
 
     with FlopCounterMode(display=False) as counter:
         projection_alone()
+    # untimed once: the first touch of new heap pages is slow on these VMs (README, Performance)
+    step(model, optimizer, data[0])
+    loss_alone()
     parts = collections.defaultdict(list)
     for _ in range(rounds):
         for src, tgt_in, tgt_out in data:
