@@ -1,12 +1,14 @@
 """`posenc readme`: copy generated files into README.md between their markers.
 
-README.md shows numbers only through blocks like
+README.md shows the pipeline's tables, findings and analysis only through blocks like
 
     <!-- begin: results/table.md -->
     ...(the file's contents, copied here)...
     <!-- end: results/table.md -->
 
-so no figure in it is typed by hand. `--check` fails when a block is stale (a test runs it).
+so none of them is typed by hand. `--check` fails when a block is stale (a test runs it). The prose
+around them (Results, "In short", "Two platforms") quotes some of their figures by hand, and is
+retyped when the pins are regenerated.
 """
 
 from __future__ import annotations
