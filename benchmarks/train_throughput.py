@@ -235,6 +235,16 @@ def interleaved(models, optimizers, data, tokens_per_round, rounds: int) -> dict
     return rates
 
 
+def beside_eager(model, variant, optimizer, data, tokens_per_round, rounds: int) -> tuple[float, float, list[float]]:
+    """posenc's step as `variant` (the same model, computed another way: bfloat16, compiled) and as
+    it is, interleaved: the variant's first step in seconds (its warm-up, or its compilation: one
+    shape), its median target tokens/s, and its ratio to the eager step round by round."""
+    pair = {"eager": model, "variant": variant}
+    first = step_time(variant, optimizer, data[0])
+    r = interleaved(pair, dict.fromkeys(pair, optimizer), data, tokens_per_round, rounds)
+    return first, statistics.median(r["variant"]), [x / y for x, y in zip(r["variant"], r["eager"])]
+
+
 def profile_top(model, optimizer, data, rows: int = 5) -> str:
     """The operators of posenc's steps by self CPU time (torch.profiler), and the steps' time with
     and without it: the profiler's own cost falls on some operators more than on others."""
@@ -363,20 +373,16 @@ def main() -> None:
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
     if a.bf16:
         bf16_peak, _ = matmul_peak(models["posenc"], optimizers["posenc"], data[0], dtype=torch.bfloat16)
-        pair = {"float32": models["posenc"], "bf16": Autocast(models["posenc"])}
-        step_time(pair["bf16"], optimizers["posenc"], data[0])  # warm-up
-        r = interleaved(pair, dict.fromkeys(pair, optimizers["posenc"]), data, tokens_per_round, a.rounds)
-        ratios = [x / y for x, y in zip(r["bf16"], r["float32"])]
+        _, rate, ratios = beside_eager(models["posenc"], Autocast(models["posenc"]), optimizers["posenc"],
+                                       data, tokens_per_round, a.rounds)
         print(f"bfloat16 autocast: the step's products {bf16_peak / 1e9:.1f} GFLOP/s "
-              f"({bf16_peak / peak:.1f}x float32's); posenc median {statistics.median(r['bf16']):.0f} "
+              f"({bf16_peak / peak:.1f}x float32's); posenc median {rate:.0f} "
               f"target tokens/s, {statistics.median(ratios):.2f}x float32's "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     if a.compile:
-        pair = {"eager": models["posenc"], "compiled": torch.compile(models["posenc"])}
-        compile_s = step_time(pair["compiled"], optimizers["posenc"], data[0])  # compiles; one shape
-        r = interleaved(pair, dict.fromkeys(pair, optimizers["posenc"]), data, tokens_per_round, a.rounds)
-        ratios = [x / y for x, y in zip(r["compiled"], r["eager"])]
-        print(f"torch.compile: compiled in {compile_s:.0f} s; posenc median {statistics.median(r['compiled']):.0f} "
+        compile_s, rate, ratios = beside_eager(models["posenc"], torch.compile(models["posenc"]),
+                                               optimizers["posenc"], data, tokens_per_round, a.rounds)
+        print(f"torch.compile: compiled in {compile_s:.0f} s; posenc median {rate:.0f} "
               f"target tokens/s, {statistics.median(ratios):.2f}x eager's "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     if a.parts:
