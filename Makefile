@@ -30,7 +30,7 @@ EVAL_JOBS ?= 2
 # pip then prefers: `make TORCH_INDEX=https://download.pytorch.org/whl/cpu test`. Empty: PyPI's.
 TORCH_INDEX ?=
 
-.PHONY: repro pipeline test readme clean-venv
+.PHONY: repro pipeline test readme verify clean-venv
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ test: $(STAMP)
 
 readme: $(STAMP)
 	posenc readme
+
+# Does this machine reproduce the pinned bits? Retrains sinusoidal-1's first checkpoint (minutes).
+verify: $(STAMP)
+	posenc verify
 
 clean-venv:
 	rm -rf $(VENV)

@@ -11,17 +11,22 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from posenc import numerics
 
-from posenc import runtime, tokens
-from posenc.config import ModelConfig, SinusoidalSettings
-from posenc.decode import translate
-from posenc.model import build_model
-from posenc.checkpoints import load_model
+numerics.apply(numerics.mode_from_argv(sys.argv[1:]))  # before torch loads its kernels
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from posenc import runtime, tokens  # noqa: E402
+from posenc.config import ModelConfig, SinusoidalSettings  # noqa: E402
+from posenc.decode import translate  # noqa: E402
+from posenc.model import build_model  # noqa: E402
+from posenc.checkpoints import load_model  # noqa: E402
 
 
 def main() -> None:
@@ -32,8 +37,10 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--numerics", choices=numerics.MODES, default="portable",
+                   help="numerics mode (posenc.numerics), set before torch loads (default portable)")
     a = p.parse_args()
-    runtime.setup(a.threads)  # as the evaluate stage runs: allocator, threads, determinism
+    runtime.setup(a.threads, a.numerics)  # as the evaluate stage runs: allocator, threads, determinism
     if a.model:
         model = load_model(Path(a.model))
     else:

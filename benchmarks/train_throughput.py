@@ -23,6 +23,10 @@ own bookkeeping: the first step of each batch shape runs under FlopCounterMode
     python benchmarks/train_throughput.py --parts            # its parts' times, without the profiler
     python benchmarks/train_throughput.py --bf16             # posenc's step under bfloat16 autocast too
     python benchmarks/train_throughput.py --compile          # and under torch.compile
+    python benchmarks/train_throughput.py --compare-numerics # portable against native, interleaved
+
+Every run computes in --numerics (default portable, as the stages: posenc.numerics), set before
+torch loads its kernels.
 """
 
 from __future__ import annotations
@@ -33,15 +37,22 @@ import dataclasses
 import json
 import math
 import os
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from posenc import numerics
+
+numerics.apply(numerics.mode_from_argv(sys.argv[1:]))  # before torch loads its kernels
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 import torch.nn.functional as F
-from torch import nn
+from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -218,7 +229,8 @@ def real_loop(prepared, steps: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         training.train(model_config, cfg, 1, corpus, training.Paths(
-            t / "model.pt", t / "last.pt", t / "train.tsv", t / "dev.tsv", t / "ck", t / "timings.json"), torch.device("cpu"))
+            t / "model.pt", t / "last.pt", t / "train.tsv", t / "dev.tsv", t / "ck", t / "timings.json",
+            t / "digests.json"), torch.device("cpu"), numerics.record(numerics.applied() or "native"))
         timings = json.loads((t / "timings.json").read_text())
         rows = (t / "train.tsv").read_text().splitlines()[1:]
     timings["tokens"] = sum(int(r.split("\t")[3]) for r in rows)
@@ -339,7 +351,14 @@ def main() -> None:
     p.add_argument("--real-batches", type=int, default=20, help="real batches timed step by step")
     p.add_argument("--real-steps", type=int, default=100)
     p.add_argument("--real-rounds", type=int, default=3)
+    p.add_argument("--numerics", choices=numerics.MODES, default="portable",
+                   help="numerics mode (posenc.numerics), set before torch loads (default portable)")
+    p.add_argument("--compare-numerics", action="store_true",
+                   help="time native against portable: --rounds rounds, each one child process per "
+                        "mode in alternating order (the modes cannot change inside one process)")
     a = p.parse_args()
+    if a.compare_numerics:
+        return compare_numerics(a.rounds)
     tuned = not a.glibc_defaults and allocator.tune()
     torch.set_num_threads(a.threads)
     c = ModelConfig(positional="sinusoidal", position=SinusoidalSettings(), vocab_size=a.vocab,
@@ -360,6 +379,7 @@ def main() -> None:
     rates = interleaved(models, optimizers, data, tokens_per_round, a.rounds)
     print(f"d_model {a.d_model}, d_ff {a.d_ff}, {a.layers}+{a.layers} layers, {a.heads} heads, "
           f"{a.sentences}x{a.length} target tokens per step, {a.threads} threads, {a.rounds} rounds, "
+          f"numerics {a.numerics}, "
           f"allocator: {os.environ.get('LD_PRELOAD') or ('glibc tuned' if tuned else 'glibc as it is')}")
     print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s over the step's own products "
           f"(fastest single shape {best / 1e9:.1f})")
@@ -423,6 +443,35 @@ def main() -> None:
               f"{statistics.median(r['tokens'] / r['update_s'] for r in runs):.0f} target tokens/s in "
               f"updates, {m / 1e9:.1f} GFLOP/s = {m / peak:.0%} of the peak; whole run (dev "
               f"evaluation and model building included) {statistics.median(whole) / peak:.0%}")
+
+
+def compare_numerics(rounds: int) -> None:
+    """Portable against native, interleaved: each round runs this benchmark once per mode (one
+    round each, native first in odd rounds, portable first in even ones), and each child times
+    its own GEMM peak, so the shares are of each mode's peak."""
+    argv = [x for x in sys.argv[1:] if x != "--compare-numerics"]
+    figures = {m: {"peak": [], "posenc": [], "torch": [], "real": []} for m in ("native", "portable")}
+    for r in range(rounds):
+        for mode in (("native", "portable") if r % 2 == 0 else ("portable", "native")):
+            out = subprocess.run([sys.executable, __file__, *argv, "--rounds", "1", "--real-rounds", "1",
+                                  "--numerics", mode], check=True, capture_output=True, text=True).stdout
+            figures[mode]["peak"].append(float(re.search(r"matmul peak: ([\d.]+)", out).group(1)))
+            figures[mode]["posenc"].append(float(re.search(r"^posenc +median +(\d+)", out, re.M).group(1)))
+            figures[mode]["torch"].append(float(re.search(r"^torch.nn.Transformer +median +(\d+)", out, re.M).group(1)))
+            real = re.search(r"real loop .*median (\d+) target tokens/s in updates", out)
+            if real:
+                figures[mode]["real"].append(float(real.group(1)))
+    info = numerics.cpu()
+    print(f"portable against native, {rounds} interleaved rounds; CPU {info['vendor']} family "
+          f"{info['family']} model {info['model']}")
+    med = {m: {k: statistics.median(v) for k, v in f.items() if v} for m, f in figures.items()}
+    for mode, m in med.items():
+        print(f"{mode:9s} matmul peak {m['peak']:.1f} GFLOP/s; posenc {m['posenc']:.0f} target tokens/s, "
+              f"torch.nn.Transformer {m['torch']:.0f}" + (f"; real loop {m['real']:.0f}" if "real" in m else ""))
+    ratios = [p / n for p, n in zip(figures["portable"]["posenc"], figures["native"]["posenc"])]
+    print(f"portable / native, posenc's step: median {statistics.median(ratios):.3f} "
+          f"(min {min(ratios):.3f}, max {max(ratios):.3f}); native / portable time "
+          f"{1 / statistics.median(ratios):.3f}x")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def tiny_model(tiny_data) -> Path:
     r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--spm", "data/prepared/spm.model",
                "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
                "--train-log", "evalm/train_log.tsv", "--dev-log", "evalm/dev_log.tsv",
-               "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json", cwd=tiny_data)
+               "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json",
+               "--digests", "evalm/digests.json", cwd=tiny_data)
     assert r.returncode == 0, r.stderr
     return tiny_data / "evalm/model.pt"
 

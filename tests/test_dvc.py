@@ -29,7 +29,7 @@ def module_of(stage: dict) -> str:
 
 
 def reads(module: str) -> tuple[set[str], dict[str, set[str]], dict[str, set[str]]]:
-    """In the stage's module: (top-level keys read with load_list, {section: the keys `load` can
+    """In the stage's module: (top-level keys read with load_list or load_value, {section: the keys `load` can
     fill from it}, {section: the keys the module reads, as `<name>.<key>`}). `<name>` is what
     the loaded section is assigned to; a function that it is handed to reads it under the same
     name, as the stages are written. A stage that reads its variant's settings (load_positional)
@@ -55,7 +55,7 @@ def reads(module: str) -> tuple[set[str], dict[str, set[str]], dict[str, set[str
             key = node.args[1]
             if not isinstance(key, ast.Constant):
                 continue
-            if node.func.attr == "load_list":
+            if node.func.attr in ("load_list", "load_value"):
                 lists.add(key.value)
             elif node.func.attr == "load":
                 cls = node.args[2]
@@ -108,7 +108,8 @@ def test_code_deps_are_the_modules_the_stage_runs(name):
 def test_no_stage_imports_another_and_every_stage_has_one_home():
     stage_files = {p for p in (PACKAGE / "stages").glob("*.py") if p.name != "__init__.py"}
     modules = {f"posenc.stages.{p.stem}" for p in stage_files}
-    assert modules == {m for m, _, _ in cli.STAGES.values()} | {"posenc.stages.translate"}
+    tools = {m for m in cli.TOOLS.values() if m.startswith("posenc.stages.")}  # translate, verify
+    assert modules == {m for m, _, _ in cli.STAGES.values()} | tools
     for module in modules:
         runs = set(sources.closure(module, PACKAGE)) & stage_files
         assert runs == {PACKAGE / "stages" / f"{module.rsplit('.', 1)[1]}.py"}, f"{module} imports {runs}"

@@ -76,6 +76,12 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     metrics = {p: (work / p).read_text() for p in ("results/table.json", "results/analysis.json")}
 
     assert "Data and pipelines are up to date" in sh("dvc", "repro", cwd=work)
+    # posenc verify on a real dvc.lock: the first checkpoint retrained, and the dev hypotheses of the
+    # batches that hold the first 10 sentences re-decoded, all equal to the pinned ones
+    out = sh("posenc", "verify", "sinusoidal-1", "--sentences", "10", cwd=work).strip()
+    assert out.startswith("verify: this machine reproduces the pinned bits of sinusoidal-1 (update 8, "
+                          "sha256 "), out
+    assert out.endswith(" dev hypotheses"), out
     sh("git", "add", "-A", cwd=work)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "results", cwd=work)
 

@@ -26,7 +26,7 @@ def train_cmd(work: Path, name: str, params: str = "params.yaml", variant: str =
             "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
             "--model", f"{name}/model.pt", "--last", f"{name}/last.pt", "--train-log", f"{name}/train_log.tsv",
             "--dev-log", f"{name}/dev_log.tsv", "--checkpoints", f"ck/{name}",
-            "--timings", f"logs/{name}.json"]
+            "--timings", f"logs/{name}.json", "--digests", f"{name}/digests.json"]
 
 
 def env(**extra: str) -> dict:

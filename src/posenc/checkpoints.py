@@ -22,15 +22,28 @@ from posenc.config import ModelConfig
 from posenc.errors import UserError
 from posenc.model import build_model
 
-STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows"}
+STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows", "digests"}
 
 
-def fingerprint(settings: list, data: str, code_module: str) -> dict[str, str]:
-    """What must match for a checkpoint to be resumed, part by part, so a mismatch can say which."""
+def fingerprint(settings: list, data: str, code_module: str, numerics: dict) -> dict[str, str]:
+    """What must match for a checkpoint to be resumed, part by part, so a mismatch can say which:
+    the settings, the data, the code, the library versions and the numerics (posenc.numerics)."""
     return {"settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest(),
             "data": data,
             "code": sources.digest(code_module),
-            "libraries": f"torch {torch.__version__}, numpy {np.__version__}"}
+            "libraries": f"torch {torch.__version__}, numpy {np.__version__}",
+            "numerics": hashlib.sha256(json.dumps(numerics, sort_keys=True).encode()).hexdigest()}
+
+
+def weights_digest(weights: dict) -> str:
+    """SHA-256 of a state dict's tensors, name by name in sorted order (names, dtypes, shapes
+    and bytes): the same weights give the same digest whatever file holds them."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        t = weights[name].detach().cpu().contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -85,6 +98,7 @@ def resume(directory: Path, expected: dict[str, str], window: list[int], device,
     state = torch.load(good[chosen], map_location=device, weights_only=True)
     state["train_rows"] = [tuple(r) for r in state["train_rows"]]
     state["dev_rows"] = [tuple(r) for r in state["dev_rows"]]
+    state["digests"] = [tuple(r) for r in state["digests"]]
     return state
 
 

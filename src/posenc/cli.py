@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 
+from posenc import config, numerics
 from posenc.errors import UserError
 
 # stage -> (module, {option: help})
@@ -25,7 +26,8 @@ STAGES = {
         "--last": "last checkpoint's model to write (§6.2: the dev columns' model)",
         "--train-log": "per-update TSV to write",
         "--dev-log": "dev loss TSV to write", "--checkpoints": "working directory for checkpoints",
-        "--timings": "untracked JSON of wall-clock figures"}),
+        "--timings": "untracked JSON of wall-clock figures",
+        "--digests": "JSON of the weights' SHA-256 at every checkpoint (what posenc verify compares)"}),
     "evaluate": ("posenc.stages.evaluate", "translate and score the dev and test sets with one model", {
         "--seed": "the seed the model was trained with (int)",
         "--model": "averaged model: scores the test sets (Table 2's protocol)",
@@ -58,7 +60,10 @@ STAGES = {
 }
 INTS = {"--seed"}
 # commands that are not DVC stages: they write nothing the pipeline reads
-TOOLS = {"translate": "posenc.stages.translate", "readme": "posenc.readme"}
+TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify", "readme": "posenc.readme"}
+# the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
+# torch is imported (posenc.numerics); `verify` takes the mode the pinned run recorded
+COMPUTES = {"train", "evaluate", "extrapolate", "analyze", "translate"}
 
 
 DESCRIPTION = """\
@@ -72,8 +77,6 @@ EPILOG = "examples:\n  dvc repro\n  echo 'A man rides a horse.' | posenc transla
 def parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
-    from posenc.config import POSITIONAL
-
     p = argparse.ArgumentParser(prog="posenc", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"posenc {version('posenc')}")
@@ -83,7 +86,10 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
         for option, option_help in options.items():
             s.add_argument(option, required=True, help=option_help, type=int if option in INTS else str,
-                           **({"choices": list(POSITIONAL)} if option == "--variant" else {}))
+                           **({"choices": list(config.POSITIONAL)} if option == "--variant" else {}))
+        if stage == "train":
+            s.add_argument("--until", type=int, help="stop after this update: write the logs and "
+                           "digests so far, no models (what posenc verify runs)")
     t = sub.add_parser("translate", help="translate English lines to German with a trained model",
                        description="Translate English lines (stdin or -i) to German (stdout or -o), "
                        "one line out per line in, decoded as the evaluate stage decodes.")
@@ -98,6 +104,18 @@ def parser() -> argparse.ArgumentParser:
                    "two at a time; give every core when translating alone)")
     t.add_argument("--params", default="params.yaml", help="params file for the defaults (default params.yaml)")
     t.add_argument("--lock", default="dvc.lock", help="dvc.lock, to find --model's SentencePiece model")
+    v = sub.add_parser("verify", help="does this machine reproduce the pinned bits of a run? (minutes)",
+                       description="Retrain the first checkpoint's updates of a pinned run and compare "
+                       "its per-update losses and weight digest with the pinned ones; with the run's "
+                       "model.pt pulled, also re-decode the first --sentences dev sentences and compare "
+                       "them with the pinned hypotheses. Prints one verdict.")
+    v.add_argument("run", nargs="?", default="sinusoidal-1", help="a pinned run, <variant>-<seed> "
+                   "(default sinusoidal-1)")
+    v.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    v.add_argument("--lock", default="dvc.lock", help="dvc.lock: the run's command and paths")
+    v.add_argument("--sentences", type=int, default=20, help="dev sentences to re-decode (default 20; 0: none)")
+    v.add_argument("--numerics", choices=["portable", "native"],
+                   help="compute in this mode instead of the one the run recorded (to see a mismatch)")
     r = sub.add_parser("readme", help="copy the generated result blocks into README.md")
     r.add_argument("--readme", default="README.md")
     r.add_argument("--check", action="store_true", help="fail if README.md is out of date")
@@ -108,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     module = TOOLS.get(args.stage) or STAGES[args.stage][0]
     try:
+        if args.stage in COMPUTES:
+            numerics.apply(config.load_value(args.params, "numerics", config.Numerics))
+        elif args.stage == "verify":  # posenc.stages.verify imports torch only when it runs
+            numerics.apply(importlib.import_module(module).mode(args))
         return importlib.import_module(module).run(args) or 0
     except UserError as e:
         print(f"posenc {args.stage}: error: {e}", file=sys.stderr)

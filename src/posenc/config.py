@@ -50,8 +50,11 @@ Fraction = Annotated[float, Range(0, 1, high_open=True)]     # a probability bel
 Share = Annotated[float, Range(0, 1, low_open=True)]         # a share of a whole: (0, 1]
 
 # Top-level keys of params.yaml. `variants`, `seeds` and `launcher` are read by dvc.yaml only.
-SECTIONS = ("data", "tokenizer", "model", "positional", "train", "eval", "extrapolate", "report",
-            "analyze", "variants", "seeds", "launcher")
+SECTIONS = ("numerics", "data", "tokenizer", "model", "positional", "train", "eval", "extrapolate",
+            "report", "analyze", "variants", "seeds", "launcher")
+
+# params.yaml's `numerics`: portable (the same bits on Intel and AMD) or native (posenc.numerics).
+Numerics = Literal["portable", "native"]
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,14 @@ def load_list(path: str | Path, key: str, item_type: Any) -> tuple:
     if twice is not None:
         raise UserError(f"{path}: {key}: {twice!r} is listed twice; list each value once")
     return values
+
+
+def load_value(path: str | Path, key: str, tp: Any):
+    """A top-level scalar (`numerics`), checked against `tp`."""
+    raw = read_params(path)
+    if key not in raw:
+        raise UserError(f"{path}: {key} is missing; copy it from params.yaml")
+    return _convert(raw[key], tp, f"{path}: {key}")
 
 
 def read_params(path: str | Path) -> dict:

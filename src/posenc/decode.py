@@ -132,23 +132,33 @@ def beam_search(model, src: Tensor, beam: int, lenpen: float, max_len_extra: int
     return [(tokens, score) for score, tokens in best]
 
 
-def translate(model, sentences: list[np.ndarray], beam: int, lenpen: float, max_len_extra: int,
-              batch_tokens: int, device: torch.device | str = "cpu", desc: str = "translate",
-              use_cache: bool = True, progress: bool = True) -> list[list[int]]:
-    """Decode every source sentence (ids ending in EOS); outputs in input order, without EOS."""
+def batches(sentences: list[np.ndarray], beam: int, batch_tokens: int) -> list[list[int]]:
+    """How `translate` groups the sentences: sorted by length, each batch within `batch_tokens`
+    source tokens times the beam (the same batches give the same bits: posenc verify)."""
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    out: list[list[int]] = [[] for _ in sentences]
-    bar = tqdm(total=len(sentences), desc=desc, unit=" sent", mininterval=2, disable=not progress)
-    start = 0
+    out, start = [], 0
     while start < len(order):
         end = start + 1  # sorted by length: the last sentence of a batch is its longest
         while end < len(order) and (end + 1 - start) * len(sentences[order[end]]) * beam <= batch_tokens:
             end += 1
-        idx = order[start:end]
+        out.append(order[start:end])
+        start = end
+    return out
+
+
+def translate(model, sentences: list[np.ndarray], beam: int, lenpen: float, max_len_extra: int,
+              batch_tokens: int, device: torch.device | str = "cpu", desc: str = "translate",
+              use_cache: bool = True, progress: bool = True,
+              only: set[int] | None = None) -> list[list[int]]:
+    """Decode every source sentence (ids ending in EOS); outputs in input order, without EOS.
+    With `only`, decode just the batches that hold those sentences (the others stay empty)."""
+    out: list[list[int]] = [[] for _ in sentences]
+    todo = [idx for idx in batches(sentences, beam, batch_tokens) if only is None or only & set(idx)]
+    bar = tqdm(total=sum(map(len, todo)), desc=desc, unit=" sent", mininterval=2, disable=not progress)
+    for idx in todo:
         src = pad([sentences[i] for i in idx], model.config.pad_id).to(device)
         for i, (tokens, _) in zip(idx, beam_search(model, src, beam, lenpen, max_len_extra, use_cache)):
             out[i] = tokens
         bar.update(len(idx))
-        start = end
     bar.close()
     return out

@@ -66,7 +66,9 @@ def read_lines(path: str | os.PathLike) -> list[str]:
 
 
 def _cell(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    """Floats in full (the shortest text that reads back to the same float): `posenc verify`
+    compares logs update by update, and a rounded loss would hide a difference."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def save_torch(path: str | os.PathLike, obj: Any) -> None:

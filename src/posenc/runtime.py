@@ -1,4 +1,5 @@
-"""The one runtime set-up of every stage that runs a model: allocator, threads, determinism, device.
+"""The one runtime set-up of every stage that runs a model: allocator, threads, determinism, device,
+and the check that the numerics mode is the one in effect (posenc.numerics sets it before torch).
 
 Thread count and deterministic algorithms fix the bits of a result (both are part of the
 experiment: 1 and 2 threads give different sums). cuBLAS is deterministic only with a fixed
@@ -13,11 +14,12 @@ import os
 
 import torch
 
-from posenc import allocator
+from posenc import allocator, numerics
 
 
-def setup(threads: int) -> torch.device:
-    """Set the process up to run models reproducibly; the device to run them on."""
+def setup(threads: int, mode: str) -> torch.device:
+    """Set the process up to run models reproducibly under numerics `mode`; the device to run them on."""
+    numerics.check(mode)
     allocator.tune()
     torch.set_num_threads(threads)
     if torch.cuda.is_available():

@@ -54,6 +54,7 @@ class Paths:
     dev_log: Path        # periodic dev loss and perplexity (DVC plot)
     checkpoints: Path    # working directory, removed when the run completes
     timings: Path        # wall-clock figures: untracked, since they differ between runs
+    digests: Path        # SHA-256 of the weights at every checkpoint, and what fixed their bits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,21 +86,26 @@ def read_corpus(model_config: ModelConfig, spec: CorpusSpec, arrays: Path) -> Co
 
 
 def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus, paths: Paths,
-          device: torch.device) -> dict:
+          device: torch.device, numerics: dict, until: int | None = None) -> dict:
     """Train, average, write the outputs; return a summary. Runs as one process or under torchrun,
-    on `device` (posenc.runtime.setup, which fixes the threads and deterministic algorithms)."""
+    on `device` (posenc.runtime.setup, which fixes the threads and deterministic algorithms), with
+    `numerics` (posenc.numerics.record: the mode and what it fixed) in the fingerprint.
+
+    With `until` (posenc verify), stop after that update: the logs and digests of the updates so
+    far are written, the models are not, and the checkpoints stay."""
     rank, world = _setup_distributed(device)
     torch.manual_seed(seed)
     model = build_model(model_config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=cfg.adam_betas, eps=cfg.adam_eps)
     fingerprint = checkpoints.fingerprint(
         [dataclasses.asdict(model_config), dataclasses.asdict(cfg), seed, world],
-        corpus.fingerprint, __name__)
+        corpus.fingerprint, __name__, numerics)
     # The steps whose checkpoints make the final average (§6.1): a resumed run needs those it has
     # already passed.
     window = checkpoint_steps(cfg.max_steps, cfg.save_every)[-cfg.average_last:]
     state = _resume(paths.checkpoints, fingerprint, window, model, optimizer, device, rank, world)
     step, train_rows, dev_rows = state["step"], state["train_rows"], state["dev_rows"]
+    digests = state["digests"]  # (step, SHA-256 of the weights) of every checkpoint so far
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
     lens = np.array([len(s) for s in corpus.train_src]), np.array([len(t) for t in corpus.train_tgt])
@@ -116,7 +122,8 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     meter, update_s = FlopMeter(), 0.0  # FLOPs and seconds of the updates alone (README, Performance)
     order_epoch, order = -1, None
     model.train()
-    while step < cfg.max_steps:
+    last_step = cfg.max_steps if until is None else min(until, cfg.max_steps)
+    while step < last_step:
         epoch, k = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
             order_epoch, order = epoch, epoch_order(len(batches), seed, epoch)
@@ -161,9 +168,10 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
             nll, count = corpus_nll(model, corpus.dev_src, corpus.dev_tgt, cfg.max_tokens, device)
             dev_rows.append((step, nll / count, perplexity(nll, count)))
         if rank == 0 and (step % cfg.save_every == 0 or step == cfg.max_steps):
+            digests.append((step, checkpoints.weights_digest(model.state_dict())))
             state = {"fingerprint": fingerprint, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                     "train_rows": train_rows, "dev_rows": dev_rows}
+                     "train_rows": train_rows, "dev_rows": dev_rows, "digests": digests}
             if torch.cuda.is_available():
                 state["cuda_rng"] = torch.cuda.get_rng_state()
             checkpoints.save(paths.checkpoints, step, state, cfg.average_last)
@@ -178,9 +186,14 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     summary = {"variant": model_config.positional, "seed": seed, "steps": step,
                "parameters": count_parameters(model), "dev_ppl": dev_rows[-1][2] if dev_rows else None}
     if rank == 0:
-        averaged = checkpoints.average(paths.checkpoints, window)
         files.write_tsv(paths.train_log, TRAIN_LOG_HEADER, train_rows)
         files.write_tsv(paths.dev_log, DEV_LOG_HEADER, dev_rows)
+        # What `posenc verify` compares: each checkpoint's weights, and what fixed their bits.
+        files.write_json(paths.digests, {"numerics": numerics, "threads": cfg.threads,
+                                         "processes": world, "fingerprint": fingerprint,
+                                         "checkpoints": [{"step": s, "sha256": d} for s, d in digests]})
+    if rank == 0 and until is None:
+        averaged = checkpoints.average(paths.checkpoints, window)
         checkpoints.save_model(paths.last, model_config, {k: v.cpu() for k, v in model.state_dict().items()})
         checkpoints.save_model(paths.model, model_config, averaged)
         wall = time.perf_counter() - started
@@ -207,7 +220,7 @@ def _resume(directory: Path, fingerprint: dict, window: list[int], model, optimi
         if rank != 0:
             state = checkpoints.resume(directory, fingerprint, window, device, clean=False)
     if state is None:
-        return {"step": 0, "train_rows": [], "dev_rows": []}
+        return {"step": 0, "train_rows": [], "dev_rows": [], "digests": []}
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])

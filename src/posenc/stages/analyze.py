@@ -362,7 +362,7 @@ def run(args) -> None:
     eval_cfg = config.load(args.params, "eval", config.EvalConfig)
     variants = config.load_list(args.params, "variants", str)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
-    device = runtime.setup(eval_cfg.threads)
+    device = runtime.setup(eval_cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
     each = [analyze({v: load_model(model_path(Path(args.models), v, seed), device) for v in variants},

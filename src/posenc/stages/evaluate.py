@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from posenc import config, corpora, files, runtime, tokens
+from posenc import config, corpora, files, numerics, runtime, tokens
 from posenc.checkpoints import load_model
 from posenc.config import EvalConfig
 from posenc.corpora import SRC, TGT, Corpus
@@ -61,7 +61,8 @@ def evaluate(model, last, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays
 def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "eval", EvalConfig)
-    device = runtime.setup(cfg.threads)
+    mode = config.load_value(args.params, "numerics", config.Numerics)
+    device = runtime.setup(cfg.threads, mode)
     model, last = load_model(Path(args.model), device), load_model(Path(args.last), device)
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
@@ -72,7 +73,7 @@ def run(args) -> None:
     # them): the Table 3 figures, so that the table fits a terminal; the secondary scores and
     # what names the run and how it was scored go beside it.
     files.write_json(args.signatures, {"variant": model.config.positional, "seed": args.seed,
-                                       **metrics.pop("signature")})
+                                       **metrics.pop("signature"), "numerics": numerics.record(mode)})
     files.write_json(args.metrics, {"parameters": metrics["parameters"], "dev_ppl": metrics["dev_ppl"],
                                     **{f"bleu_{split}": v for split, v in metrics["bleu"].items()}})
     files.write_json(args.scores, {f"{m}_{split}": v for m in ("chrf", "bleu_tok")

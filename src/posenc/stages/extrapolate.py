@@ -84,7 +84,7 @@ def run(args) -> None:
     if unknown or not cfg.splits:
         raise UserError(f"{args.params}: extrapolate.splits: {unknown[0] + ' is not a test set' if unknown else 'empty'}"
                         f"; choose from {', '.join(corpus.tests)}")
-    device = runtime.setup(eval_cfg.threads)
+    device = runtime.setup(eval_cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     model = load_model(Path(args.model), device)
     sp = tokens.load_tokenizer(Path(args.spm))
     eos, arrays = model.config.eos_id, Path(args.arrays)

@@ -243,7 +243,14 @@ def provenance(runs: list[dict], lock: Path) -> dict:
         for stage in ("fetch", "prepare"):
             for out in stages.get(stage, {}).get("outs", []):
                 hashes[out["path"]] = out.get("md5")
-    return {"bleu_signature": runs[0]["signature"]["bleu"],
+    # A table is of one numerics mode (posenc.numerics): portable figures beside native ones
+    # would be exact on different machines.
+    modes = {json.dumps(r["signature"].get("numerics"), sort_keys=True) for r in runs}
+    if len(modes) > 1:
+        raise UserError(f"the runs were computed under {len(modes)} numerics settings "
+                        f"({'; '.join(sorted(modes))}); re-run their evaluate stages under one numerics mode")
+    return {"numerics": runs[0]["signature"].get("numerics"),
+            "bleu_signature": runs[0]["signature"]["bleu"],
             "chrf_signature": runs[0]["signature"]["chrf"],
             "data_md5_from_dvc_lock": hashes, "code_revision": code_revision(),
             "versions": {p: version(p) for p in ("torch", "sacrebleu", "sentencepiece")}}
@@ -364,6 +371,8 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
               f"- BLEU signature: `{prov['bleu_signature']}`",
               f"- chrF signature: `{prov['chrf_signature']}`",
               f"- code revision (last commit touching src/): `{prov['code_revision']}`",
+              "- numerics: " + (", ".join(f"{k} {v}" for k, v in prov["numerics"].items()) if prov.get("numerics")
+                                else "not recorded (runs from before the numerics modes: native)"),
               "- versions: " + ", ".join(f"{k} {v}" for k, v in prov["versions"].items())]
     lines += [f"- data (dvc.lock md5): `{path}` {md5}" for path, md5 in prov["data_md5_from_dvc_lock"].items()]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Stage `train`: one positional variant with one seed, by the paper's recipe (posenc.training).
 
-Reads the data, model, positional.<variant> and train sections; the loop itself, its
+Reads numerics, the data, model, positional.<variant> and train sections; the loop itself, its
 checkpoints, resume and averaging are the library's. Under torchrun it trains with
 DistributedDataParallel.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posenc import config, corpora, runtime, tokens
+from posenc import config, corpora, numerics, runtime, tokens
 from posenc.config import ModelConfig, TrainConfig
 from posenc.errors import UserError
 from posenc.training import Corpus, Paths, read_corpus, train
@@ -30,10 +30,17 @@ def inputs(params: Path, variant: str, spm: Path, arrays: Path) -> tuple[ModelCo
 def run(args) -> None:
     if args.seed < 0:
         raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
+    if args.until is not None and args.until < 1:
+        raise UserError(f"--until {args.until}: an update number >= 1")
     model_config, cfg, corpus = inputs(Path(args.params), args.variant, Path(args.spm), Path(args.arrays))
+    mode = config.load_value(args.params, "numerics", config.Numerics)
     paths = Paths(Path(args.model), Path(args.last), Path(args.train_log), Path(args.dev_log),
-                  Path(args.checkpoints), Path(args.timings))
-    s = train(model_config, cfg, args.seed, corpus, paths, runtime.setup(cfg.threads))
-    if s["dev_ppl"] is not None:
+                  Path(args.checkpoints), Path(args.timings), Path(args.digests))
+    device = runtime.setup(cfg.threads, mode)
+    s = train(model_config, cfg, args.seed, corpus, paths, device, numerics.record(mode), args.until)
+    if args.until is not None:
+        print(f"train: {s['variant']} seed {s['seed']}: stopped after update {s['steps']} (--until); "
+              f"logs and digests -> {args.digests}")
+    elif s["dev_ppl"] is not None:
         print(f"train: {s['variant']} seed {s['seed']}: {s['steps']} updates, "
               f"{s['parameters']:,} parameters, dev perplexity {s['dev_ppl']:.3f} -> {args.model}")

@@ -51,7 +51,7 @@ def run(args) -> None:
         if value is not None and value < (0 if key == "lenpen" else 1):
             raise UserError(f"--{key.replace('_', '-')} {value}: must be >= {0 if key == 'lenpen' else 1}")
     cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
-    device = runtime.setup(cfg.threads)
+    device = runtime.setup(cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     model_file = Path(args.model)
     model = load_model(model_file, device)
     sp = tokens.load_tokenizer(Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock)))
