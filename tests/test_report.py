@@ -178,3 +178,15 @@ def test_readme_shows_the_committed_results():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "<!-- begin: results/table.md -->" in text
     assert sync(text, ROOT) == text, "README.md is stale: run `make readme`"
+
+
+def test_provenance_names_the_numerics_and_refuses_two_modes(tmp_path):
+    from posenc.stages.report import provenance
+
+    def run(mode):
+        return {"signature": {"bleu": "b", "chrf": "c", "numerics": {"mode": mode, "aten": "AVX2"}}}
+
+    prov = provenance([run("portable"), run("portable")], tmp_path / "dvc.lock")
+    assert prov["numerics"] == {"mode": "portable", "aten": "AVX2"}
+    with pytest.raises(UserError, match="under 2 numerics settings .*re-run their evaluate stages under one"):
+        provenance([run("portable"), run("native")], tmp_path / "dvc.lock")
