@@ -258,7 +258,7 @@ def _fake_run(directory: Path, steps: list[int], fingerprint: dict) -> None:
     for step in steps:
         checkpoints.save(directory, step, {"fingerprint": fingerprint, "model": {"w": torch.zeros(1)},
                                            "optimizer": {}, "rng": torch.get_rng_state(),
-                                           "train_rows": [], "dev_rows": []}, keep=10)
+                                           "train_rows": [], "dev_rows": [], "digests": []}, keep=10)
 
 
 def test_resume_needs_every_checkpoint_of_the_final_average_before_it(tmp_path, capsys):
