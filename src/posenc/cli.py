@@ -111,8 +111,7 @@ def parser() -> argparse.ArgumentParser:
                        "them with the pinned hypotheses. Prints one verdict.")
     v.add_argument("run", nargs="?", default="sinusoidal-1", help="a pinned run, <variant>-<seed> "
                    "(default sinusoidal-1)")
-    v.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
-    v.add_argument("--lock", default="dvc.lock", help="dvc.lock: the run's command and paths")
+    v.add_argument("--lock", default="dvc.lock", help="dvc.lock: the run's command, paths and params file")
     v.add_argument("--sentences", type=int, default=20, help="dev sentences to re-decode (default 20; 0: none)")
     v.add_argument("--numerics", choices=["portable", "native"],
                    help="compute in this mode instead of the one the run recorded (to see a mismatch)")

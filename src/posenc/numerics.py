@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 MODES = ("portable", "native")
+X86 = ("x86_64", "AMD64")  # platform.machine() of the CPUs the portable bits are for
 PORTABLE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2,STRICT"}
 SHIM_SOURCE = b"""/* posenc: MKL's vendor check answered "Intel", so that MKL_CBWR's branch holds (posenc/numerics.py) */
 int mkl_serv_intel_cpu_true(void) { return 1; }
@@ -72,7 +73,7 @@ def apply(mode: str) -> list[str]:
     if mode == "portable":
         os.environ.update(PORTABLE)
         info = cpu()
-        if info["arch"] not in ("x86_64", "AMD64"):
+        if info["arch"] not in X86:
             problems.append(f"this is a {info['arch']} CPU; the portable bits are those of x86-64 "
                             f"CPUs with AVX2, and here match only CPUs of this kind")
         elif info["avx2"] != "yes":
@@ -117,7 +118,7 @@ def check(mode: str) -> None:
         print("posenc: warning: numerics portable: on a GPU the bits are the same only on the same "
               "GPU model, driver and CUDA/cuDNN versions; the CPU settings cover CPU arithmetic",
               file=sys.stderr, flush=True)
-    if mode == "portable" and not torch.backends.mkl.is_available() and cpu()["arch"] in ("x86_64", "AMD64"):
+    if mode == "portable" and not torch.backends.mkl.is_available() and cpu()["arch"] in X86:
         print("posenc: warning: numerics portable: this torch has no MKL, so its matrix products "
               "are not those of the portable bits", file=sys.stderr, flush=True)
 

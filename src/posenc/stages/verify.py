@@ -16,6 +16,7 @@ torch is imported only in `run`, after posenc.cli has set the recorded numerics.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import subprocess
@@ -29,13 +30,20 @@ from posenc import config, files
 from posenc.errors import UserError
 
 
+@functools.cache
+def _stages(lock: Path) -> dict:
+    """dvc.lock's stages, read once (posenc.cli asks for the mode, then the run for the rest)."""
+    if not lock.is_file():
+        raise UserError(f"{lock}: missing; run from the project root or pass --lock")
+    return (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
+
+
 def _pinned_command(lock: Path, stage: str, run: str):
     """The pinned command of `stage@run` in dvc.lock, parsed by posenc's own parser:
     (launcher words, the parsed arguments), or None when dvc.lock has no such stage."""
     from posenc import cli
 
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
-    entry = stages.get(f"{stage}@{run}")
+    entry = _stages(lock).get(f"{stage}@{run}")
     if entry is None:
         return None
     words = shlex.split(entry["cmd"] if isinstance(entry["cmd"], str) else " ".join(entry["cmd"]))
@@ -49,12 +57,9 @@ def _pinned_command(lock: Path, stage: str, run: str):
 def _pins(args) -> tuple[list[str], object, dict]:
     """(launcher, the pinned train arguments, the pinned digests) of args.run."""
     lock = Path(args.lock)
-    if not lock.is_file():
-        raise UserError(f"{lock}: missing; run from the project root or pass --lock")
     found = _pinned_command(lock, "train", args.run)
     if found is None:
-        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
-        runs = sorted(k.split("@", 1)[1] for k in stages if k.startswith("train@"))
+        runs = sorted(k.split("@", 1)[1] for k in _stages(lock) if k.startswith("train@"))
         raise UserError(f"{lock}: no stage train@{args.run}; pinned runs: {', '.join(runs) or 'none'}")
     launcher, train_args = found
     digests = lock.parent / train_args.digests
@@ -120,11 +125,9 @@ def _retrain(launcher: list[str], targs, first: int, root: Path, tmp: Path, nume
     return tmp
 
 
-def _redecode(args, root: Path, n: int) -> tuple[int, str | None]:
+def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None]:
     """Re-decode the batches holding the first `n` dev sentences with the run's last checkpoint, as
-    the evaluate stage did: (sentences compared, the first difference or None)."""
-    import torch  # noqa: F401  (after posenc.cli set the numerics)
-
+    the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None)."""
     from posenc import corpora, runtime, tokens
     from posenc.checkpoints import load_model
     from posenc.corpora import SRC
@@ -141,7 +144,7 @@ def _redecode(args, root: Path, n: int) -> tuple[int, str | None]:
     hyps_file = hypothesis_path(root / eargs.hyps, dev)
     if not (root / eargs.last).is_file() or not hyps_file.is_file():
         return 0, None
-    device = runtime.setup(cfg.threads, mode(args))
+    device = runtime.setup(cfg.threads, mode)
     last = load_model(root / eargs.last, device)
     sp = tokens.load_tokenizer(root / eargs.spm)
     sources = tokens.load(tokens.array_path(root / eargs.arrays, dev, SRC), last.config.eos_id)[:cfg.max_sentences or None]
@@ -166,15 +169,14 @@ def run(args) -> int:
                        args.numerics if args.numerics and args.numerics != pins["numerics"]["mode"] else None)
         mine = json.loads((tmp / "digests.json").read_text(encoding="utf-8"))
         rows = files.read_lines(tmp / "train_log.tsv")
-        dev_rows = files.read_lines(tmp / "dev_log.tsv")
+        dev_rows = files.read_lines(tmp / "dev_log.tsv")[1:]
     pinned_rows = files.read_lines(root / targs.train_log)[: len(rows)]
-    pinned_dev = [r for r in files.read_lines(root / targs.dev_log)
-                  if r.split("\t")[0] in ("step", *(str(s) for s in range(1, first["step"] + 1)))]
+    pinned_dev = [r for r in files.read_lines(root / targs.dev_log)[1:] if int(r.split("\t")[0]) <= first["step"]]
     differs = _first_difference(rows, pinned_rows)
     if differs is not None:
-        update = rows[differs].split("\t")[0] if differs < len(rows) else str(differs)
-        loss = (f" (loss {rows[differs].split(chr(9))[2]} here, {pinned_rows[differs].split(chr(9))[2]} pinned)"
-                if differs < min(len(rows), len(pinned_rows)) else "")
+        here, there = (r[differs].split("\t") if differs < len(r) else None for r in (rows, pinned_rows))
+        update = here[0] if here else str(differs)
+        loss = f" (loss {here[2]} here, {there[2]} pinned)" if here and there else ""
         print(f"verify: this machine does not reproduce the pinned bits of {args.run}: update {update} "
               f"differs first{loss}; likely cause: {_causes(pins, mine)}")
         return 1
@@ -187,7 +189,8 @@ def run(args) -> int:
         return 1
     decoded = ""
     if args.sentences:
-        compared, difference = _redecode(args, root, args.sentences)
+        compared, difference = _redecode(args, root, args.sentences,
+                                         args.numerics or pins["numerics"]["mode"])
         if difference:
             print(f"verify: this machine reproduces the training bits of {args.run} (update "
                   f"{first['step']}, sha256 {digest}) but not its decoding: {difference}; likely "
