@@ -1,15 +1,20 @@
-"""Beam search speed with the key/value cache next to the same search without it, in one run.
+"""Beam search speed, in one interleaved run on the same sentences and threads: posenc's search
+with the key/value cache and without it, and with --spm the same model exported to CTranslate2
+(posenc export) in float32 and int8, with the BLEU of each beside its speed when --raw gives the
+references.
 
-    python benchmarks/decode_speed.py --model models/sinusoidal-1/model.pt --arrays data/prepared/arrays
+    python benchmarks/decode_speed.py --model models/sinusoidal-1/model.pt --arrays data/prepared/arrays \
+        --spm data/prepared/spm.model --raw data/raw/multi30k
 
 Without --model a randomly initialised model of the default size is used (its outputs run to the
-length limit, so it measures long outputs).
+length limit, so it measures long outputs; no CTranslate2 rows).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import statistics
 import sys
 import time
@@ -22,11 +27,13 @@ numerics.apply(numerics.mode_from_argv(sys.argv[1:]))  # before torch loads its 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from posenc import runtime, tokens  # noqa: E402
+from posenc import ct2, runtime, scoring, tokens  # noqa: E402
 from posenc.config import ModelConfig, SinusoidalSettings  # noqa: E402
 from posenc.decode import translate  # noqa: E402
 from posenc.model import build_model  # noqa: E402
 from posenc.checkpoints import load_model  # noqa: E402
+
+LENPEN, MAX_LEN_EXTRA, BATCH_TOKENS = 0.6, 50, 8000  # the default profile's eval params
 
 
 def main() -> None:
@@ -37,6 +44,8 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--spm", help="SentencePiece model of --model: also time it exported to CTranslate2")
+    p.add_argument("--raw", help="directory with val.de (fetch's output): print each search's BLEU")
     p.add_argument("--numerics", choices=numerics.MODES, default="portable",
                    help="numerics mode (posenc.numerics), set before torch loads (default portable)")
     a = p.parse_args()
@@ -54,21 +63,50 @@ def main() -> None:
         rng = np.random.default_rng(0)
         sources = [np.append(rng.integers(4, model.config.vocab_size, size=rng.integers(8, 20)),
                              model.config.eos_id) for _ in range(a.sentences)]
-    rates = {True: [], False: []}
+    searches = {"posenc, cached": lambda: translate(model, sources, a.beam, LENPEN, MAX_LEN_EXTRA,
+                                                   BATCH_TOKENS, desc="cached"),
+                "posenc, uncached": lambda: translate(model, sources, a.beam, LENPEN, MAX_LEN_EXTRA,
+                                                     BATCH_TOKENS, desc="uncached", use_cache=False)}
+    sp = tokens.load_tokenizer(Path(a.spm)) if a.spm else None
+    if sp is not None:
+        if not a.model:
+            raise SystemExit("--spm: the CTranslate2 rows need a trained --model")
+        ctranslate2 = ct2.engine()
+        exported = tempfile.mkdtemp(prefix="posenc-ct2-")
+        ct2.spec(model, sp, 1024).save(exported)
+        pieces = [[sp.id_to_piece(int(i)) for i in s[:-1]] for s in sources]
+        for compute in ("float32", "int8"):
+            engine = ctranslate2.Translator(exported, device="cpu", compute_type=compute,
+                                            inter_threads=1, intra_threads=a.threads)
+            searches[f"CTranslate2 {compute}"] = lambda engine=engine: [
+                [sp.piece_to_id(p) for p in hyp]
+                for hyp in ct2.search(engine, sp, pieces, a.beam, LENPEN, MAX_LEN_EXTRA)]
+    rates = {name: [] for name in searches}
     outputs = {}
     for _ in range(a.rounds):
-        for cached in (True, False):
+        for name, search in searches.items():
             start = time.perf_counter()
-            outputs[cached] = translate(model, sources, a.beam, 0.6, 50, 8000, desc="cache" if cached else "no cache",
-                                        use_cache=cached)
-            rates[cached].append(len(sources) / (time.perf_counter() - start))
+            outputs[name] = search()
+            rates[name].append(len(sources) / (time.perf_counter() - start))
+    refs = None
+    if a.raw and sp is not None:
+        refs = scoring.read_references(Path(a.raw), "val", len(sources))
     print(f"{len(sources)} sentences, beam {a.beam}, {a.threads} threads, {a.rounds} rounds, "
-          f"allocator: {os.environ.get('LD_PRELOAD') or 'glibc tuned'}; "
-          f"same outputs with and without the cache: {outputs[True] == outputs[False]}")
-    for cached in (True, False):
-        print(f"{'with cache' if cached else 'without cache':14s} median {statistics.median(rates[cached]):7.1f} "
-              f"sentences/s (min {min(rates[cached]):.1f}, max {max(rates[cached]):.1f})")
-    print(f"speed-up from the cache: {statistics.median(rates[True]) / statistics.median(rates[False]):.2f}x")
+          f"allocator: {os.environ.get('LD_PRELOAD') or 'glibc tuned'}; same outputs with and "
+          f"without the cache: {outputs['posenc, cached'] == outputs['posenc, uncached']}")
+    for name, r in rates.items():
+        bleu = ""
+        if refs is not None:
+            hyps = [sp.decode(ids) for ids in outputs[name]]
+            bleu = f"; BLEU {scoring.score(hyps, refs)['bleu']:.2f}"
+        same = sum(x == y for x, y in zip(outputs[name], outputs["posenc, cached"]))
+        print(f"{name:20s} median {statistics.median(r):7.1f} sentences/s (min {min(r):.1f}, max {max(r):.1f}); "
+              f"{same}/{len(sources)} outputs as posenc's{bleu}")
+    cached = statistics.median(rates["posenc, cached"])
+    print(f"speed-up from the cache: {cached / statistics.median(rates['posenc, uncached']):.2f}x")
+    if "CTranslate2 float32" in rates:
+        print(f"posenc cached / CTranslate2 float32: {cached / statistics.median(rates['CTranslate2 float32']):.2f}x; "
+              f"/ int8: {cached / statistics.median(rates['CTranslate2 int8']):.2f}x")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ own bookkeeping: the first step of each batch shape runs under FlopCounterMode
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python benchmarks/train_throughput.py
     python benchmarks/train_throughput.py --profile          # top operators of posenc's step
     python benchmarks/train_throughput.py --parts            # its parts' times, without the profiler
+    python benchmarks/train_throughput.py --levers           # without and with each training lever
     python benchmarks/train_throughput.py --bf16             # posenc's step under bfloat16 autocast too
     python benchmarks/train_throughput.py --compile          # and under torch.compile
     python benchmarks/train_throughput.py --compare-numerics # portable against native, interleaved
@@ -59,6 +60,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from posenc import allocator, config, corpora, tokens, training
 from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, SinusoidalSettings
+from posenc.loss import projection_loss
 from posenc.model import build_model
 from posenc.positional import sinusoid_table
 
@@ -75,11 +77,26 @@ class TorchTransformer(nn.Module):
     def embed_pos(self, ids):
         return self.embed(ids) * self.scale + sinusoid_table(torch.arange(ids.shape[1]), self.embed.embedding_dim)
 
-    def forward(self, src, tgt):
+    def forward(self, src, tgt, target=None, label_smoothing=0.0):
+        """Logits, or given `target` the summed loss, as posenc's Transformer; the loss computed
+        the usual way (F.cross_entropy of the logits)."""
         mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
         h = self.core(self.embed_pos(src), self.embed_pos(tgt), tgt_mask=mask, tgt_is_causal=True,
                       src_key_padding_mask=src == self.pad, memory_key_padding_mask=src == self.pad)
-        return F.linear(h, self.embed.weight)
+        logits = F.linear(h, self.embed.weight)
+        return logits if target is None else loss_from(logits, target, label_smoothing)
+
+
+class Unfused(nn.Module):
+    """posenc's Transformer with the loss computed from its logits (F.cross_entropy), as before
+    the projection was fused into the loss (posenc.loss): the lever's "before"."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src, tgt, target, label_smoothing):
+        return loss_from(self.model(src, tgt), target, label_smoothing)
 
 
 class Autocast(nn.Module):
@@ -89,9 +106,9 @@ class Autocast(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src, tgt):
+    def forward(self, *args):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return self.model(src, tgt).float()
+            return self.model(*args).float()
 
 
 def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
@@ -104,16 +121,27 @@ def batches(n: int, sentences: int, length: int, vocab: int, seed: int):
     return out
 
 
-def loss_from(logits, target):
-    """The summed label-smoothed loss, as posenc.training computes it (pad id 0; synthetic batches
-    have no padding)."""
+SMOOTHING = 0.1  # the profiles' train.label_smoothing
+
+
+def loss_from(logits, target, label_smoothing=SMOOTHING):
+    """The summed label-smoothed loss of logits, unfused (pad id 0; synthetic batches have no
+    padding)."""
     return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0,
-                           label_smoothing=0.1, reduction="sum")
+                           label_smoothing=label_smoothing, reduction="sum")
 
 
 def loss_of(model, batch):
+    """The summed training loss, as each model computes it: posenc's with the projection fused
+    into the loss (posenc.loss), torch.nn.Transformer's from its logits."""
     src, tgt_in, tgt_out = batch
-    return loss_from(model(src, tgt_in), tgt_out)
+    return model(src, tgt_in, tgt_out, SMOOTHING)
+
+
+def adam(model: nn.Module, fused: bool = True) -> torch.optim.Optimizer:
+    """posenc.training's optimizer (fused); fused=False: the per-tensor loop, the lever's "before"."""
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                            **({"fused": True} if fused else {"foreach": False}))
 
 
 def step(model, optimizer, batch) -> None:
@@ -275,21 +303,20 @@ def profile_top(model, optimizer, data, rows: int = 5) -> str:
 
 def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
     """Median milliseconds of posenc's step in its parts, each timed with perf_counter (no
-    profiler): forward to the logits, loss, backward, Adam; then, alone at the step's shapes, the
-    output projection (the tied embedding, §3.4) forward and backward, and the loss forward and
-    backward. The projection's FLOPs (torch's count) are returned beside them."""
+    profiler): forward to the decoder output; the loss with its projection (the tied embedding,
+    §3.4), fused (posenc.loss: it forms its gradients as it goes); backward; Adam. Then, alone at
+    the step's shapes, projection and loss forward + backward, fused and unfused. The fused
+    part's FLOPs (torch's count) are returned beside them."""
     target = data[0][2]
     hidden = torch.randn(*target.shape, model.config.d_model, requires_grad=True)
-    logits = torch.randn(*target.shape, model.config.vocab_size, requires_grad=True)
-    grad = torch.randn(*logits.shape)
 
-    def projection_alone():
-        model.logits(hidden).backward(grad)
+    def fused_alone():
+        projection_loss(hidden, model.embed.weight, target, SMOOTHING, 0).backward()
         hidden.grad = model.embed.weight.grad = None
 
-    def loss_alone():
-        loss_from(logits, target).backward()
-        logits.grad = None
+    def unfused_alone():
+        loss_from(model.logits(hidden), target).backward()
+        hidden.grad = model.embed.weight.grad = None
 
     def ms(f) -> float:
         start = time.perf_counter()
@@ -297,18 +324,19 @@ def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
         return (time.perf_counter() - start) * 1e3
 
     with FlopCounterMode(display=False) as counter:
-        projection_alone()
+        fused_alone()
     # untimed once: the first touch of new heap pages is slow on these VMs (README, Performance)
     step(model, optimizer, data[0])
-    loss_alone()
+    unfused_alone()
     parts = collections.defaultdict(list)
     for _ in range(rounds):
         for src, tgt_in, tgt_out in data:
             optimizer.zero_grad(set_to_none=True)
             t = [time.perf_counter()]
-            out = model(src, tgt_in)
+            memory, src_mask = model.encode(src)  # the wiring of Transformer.forward, in parts
+            h = model.decoder_output(tgt_in, memory, src_mask)
             t.append(time.perf_counter())
-            loss = loss_from(out, tgt_out)
+            loss = projection_loss(h, model.embed.weight, tgt_out, SMOOTHING, 0)
             t.append(time.perf_counter())
             loss.backward()
             t.append(time.perf_counter())
@@ -316,11 +344,34 @@ def step_parts(model, optimizer, data, rounds: int) -> dict[str, float]:
             t.append(time.perf_counter())
             for name, start, end in zip(("forward", "loss", "backward", "Adam"), t, t[1:]):
                 parts[name].append((end - start) * 1e3)
-            parts["projection alone"].append(ms(projection_alone))
-            parts["loss alone"].append(ms(loss_alone))
+            parts["fused alone"].append(ms(fused_alone))
+            parts["unfused alone"].append(ms(unfused_alone))
     result = {k: statistics.median(v) for k, v in parts.items()}
-    result["projection FLOPs"] = counter.get_total_flops()
+    result["loss FLOPs"] = counter.get_total_flops()
     return result
+
+
+LEVERS = {"before: loss from the logits, Adam per tensor": (False, False),
+          "the projection fused into the loss": (True, False),
+          "fused Adam": (False, True),
+          "both (posenc.training)": (True, True)}
+
+
+def levers(model, data, tokens_per_round, rounds: int) -> None:
+    """posenc's step without and with each training lever (README, Performance), interleaved
+    round by round on the same model and batches: each row's target tokens/s, and its ratio to
+    "before" round by round."""
+    models = {name: model if fused_loss else Unfused(model) for name, (fused_loss, _) in LEVERS.items()}
+    optimizers = {name: adam(model, fused) for name, (_, fused) in LEVERS.items()}
+    for name in LEVERS:  # warm-up: Adam's state, the first touch of each buffer
+        step_time(models[name], optimizers[name], data[0])
+    rates = interleaved(models, optimizers, data, tokens_per_round, rounds)
+    before = rates[next(iter(LEVERS))]
+    print(f"training levers, posenc's step, {rounds} interleaved rounds:")
+    for name, r in rates.items():
+        ratios = [x / y for x, y in zip(r, before)]
+        print(f"  {name:48s} median {statistics.median(r):6.0f} target tokens/s, "
+              f"{statistics.median(ratios):.3f}x before (min {min(ratios):.3f}, max {max(ratios):.3f})")
 
 
 def main() -> None:
@@ -342,7 +393,9 @@ def main() -> None:
                    help="also time posenc's step under torch.compile (inductor fuses the passes between "
                         "the products: other floating-point results, so never a speed-up by issue 11's rules)")
     p.add_argument("--parts", action="store_true",
-                   help="time posenc's step in parts, and its output projection and loss alone")
+                   help="time posenc's step in parts, and its projection and loss alone, fused and unfused")
+    p.add_argument("--levers", action="store_true",
+                   help="time posenc's step without and with each training lever, interleaved")
     p.add_argument("--bf16", action="store_true",
                    help="also time posenc's step under bfloat16 autocast: another computation, so never a "
                         "speed-up by issue 11's rules, but native on CPUs with AMX")
@@ -366,8 +419,7 @@ def main() -> None:
                     layers=a.layers, dropout=0.1, norm="post")
     torch.manual_seed(0)
     models = {"posenc": build_model(c), "torch.nn.Transformer": TorchTransformer(c)}
-    optimizers = {k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-                  for k, m in models.items()}
+    optimizers = {k: adam(m) for k, m in models.items()}
     data = batches(a.steps, a.sentences, a.length, a.vocab, seed=1)
     prepared = profile_inputs(a.arrays, a.params) if a.arrays else None  # read once, checked early
     real = real_batches(prepared, a.real_batches, c, a.arrays) if prepared else None
@@ -408,16 +460,18 @@ def main() -> None:
     if a.parts:
         part = step_parts(models["posenc"], optimizers["posenc"], data, a.rounds)
         step_ms = part["forward"] + part["loss"] + part["backward"] + part["Adam"]
-        proj_flops, rest_flops = part["projection FLOPs"], flops["posenc"] - part["projection FLOPs"]
-        rest_ms = step_ms - part["projection alone"] - part["loss alone"]
+        loss_flops, rest_flops = part["loss FLOPs"], flops["posenc"] - part["loss FLOPs"]
+        rest_ms = step_ms - part["fused alone"]
         share = lambda f, ms: f"{f / 1e9:.1f} GFLOP, {f / ms / 1e6:.1f} GFLOP/s = {f / ms * 1e3 / peak:.0%}"  # noqa: E731
         print(f"posenc's step in parts (perf_counter, median of {a.rounds} rounds x {len(data)} steps): "
               f"forward {part['forward']:.0f} ms, loss {part['loss']:.0f}, backward {part['backward']:.0f}, "
               f"Adam {part['Adam']:.0f}; {step_ms:.0f} in all")
-        print(f"  alone at its shapes: output projection forward + backward {part['projection alone']:.0f} ms "
-              f"({share(proj_flops, part['projection alone'])}); loss forward + backward "
-              f"{part['loss alone']:.0f} ms ({part['loss alone'] / step_ms:.0%} of the step); the rest of the "
-              f"step {rest_ms:.0f} ms ({share(rest_flops, rest_ms)})")
+        print(f"  alone at its shapes: projection and loss forward + backward, fused {part['fused alone']:.0f} ms "
+              f"({share(loss_flops, part['fused alone'])}; {part['fused alone'] / step_ms:.0%} of the step), "
+              f"unfused {part['unfused alone']:.0f} ms; the rest of the step {rest_ms:.0f} ms "
+              f"({share(rest_flops, rest_ms)})")
+    if a.levers:
+        levers(models["posenc"], data, tokens_per_round, a.rounds)
     if a.profile:
         print(profile_top(models["posenc"], optimizers["posenc"], data))
     if a.arrays:

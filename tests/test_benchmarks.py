@@ -30,7 +30,7 @@ SMALL_STEP = ("--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2"
 def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_data):
     out = bench(tiny_data, "train_throughput.py", *SMALL_STEP, "--vocab", "400", "--rounds", "2",
                 "--real-batches", "2", "--real-steps", "24", "--real-rounds", "1", "--bf16", "--compile",
-                "--parts", "--profile")
+                "--parts", "--levers", "--profile")
     assert re.search(r"matmul peak: [\d.]+ GFLOP/s", out)
     for model in ("posenc", "torch.nn.Transformer"):  # synthetic, then real batches
         assert len(re.findall(rf"^{re.escape(model)} +median +\d+ target tokens/s.* = \d+% of the peak",
@@ -42,9 +42,13 @@ def test_train_throughput_prints_the_peak_both_models_and_the_real_loop(tiny_dat
                      r"eager's", out, re.M)
     assert re.search(r"^posenc's step in parts \(perf_counter, median of 2 rounds x 1 steps\): forward "
                      r"\d+ ms, loss \d+, backward \d+, Adam \d+; \d+ in all", out, re.M)
-    assert re.search(r"^  alone at its shapes: output projection forward \+ backward \d+ ms \([\d.]+ GFLOP, "
-                     r"[\d.]+ GFLOP/s = \d+%\); loss forward \+ backward \d+ ms \(\d+% of the step\); the "
-                     r"rest of the step -?\d+ ms", out, re.M)
+    assert re.search(r"^  alone at its shapes: projection and loss forward \+ backward, fused \d+ ms \([\d.]+ "
+                     r"GFLOP, [\d.]+ GFLOP/s = \d+%; \d+% of the step\), unfused \d+ ms; the rest of the step "
+                     r"-?\d+ ms", out, re.M)
+    assert re.search(r"^training levers, posenc's step, 2 interleaved rounds:", out, re.M)
+    for lever in ("before: loss from the logits, Adam per tensor", "the projection fused into the loss",
+                  "fused Adam", r"both \(posenc.training\)"):
+        assert re.search(rf"^  {lever} +median +\d+ target tokens/s, [\d.]+x before \(min", out, re.M), lever
     assert re.search(r"aten::mm", out)  # the profiler's table
     assert re.search(r"^profiled: \d+ ms a step, against \d+ ms unprofiled just before", out, re.M)
     assert re.search(r"real batches \(the first 2 that training sees, [\d,]+ target tokens", out)
@@ -60,10 +64,13 @@ def test_train_throughput_refuses_real_batches_of_another_vocabulary(tiny_data):
         "(8000, 0, 2); pass --vocab 400")
 
 
-def test_decode_speed_prints_both_searches_and_that_they_agree(tiny_data, tiny_model):
+def test_decode_speed_prints_the_four_searches_and_how_they_agree(tiny_data, tiny_model):
     out = bench(tiny_data, "decode_speed.py", "--model", "evalm/model.pt", "--arrays", "data/prepared/arrays",
+                "--spm", "data/prepared/spm.model", "--raw", "data/raw/multi30k",
                 "--sentences", "6", "--rounds", "1", "--threads", "1")
     assert "same outputs with and without the cache: True" in out
-    assert re.search(r"^with cache +median +[\d.]+ sentences/s", out, re.M)
-    assert re.search(r"^without cache +median +[\d.]+ sentences/s", out, re.M)
+    for search in ("posenc, cached", "posenc, uncached", "CTranslate2 float32", "CTranslate2 int8"):
+        assert re.search(rf"^{search} +median +[\d.]+ sentences/s \(min [\d.]+, max [\d.]+\); \d/6 outputs "
+                         rf"as posenc's; BLEU [\d.]+$", out, re.M), search
     assert re.search(r"^speed-up from the cache: [\d.]+x$", out, re.M)
+    assert re.search(r"^posenc cached / CTranslate2 float32: [\d.]+x; / int8: [\d.]+x$", out, re.M)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from posenc.decode import beam_search, going_on, length_penalty, top_k
 from posenc.errors import UserError
 from posenc.cache import AttentionCache, DecoderCache
+from posenc.loss import projection_loss
 from posenc.model import build_model, count_parameters
 from posenc.config import AlibiSettings, ConcatSettings, RopeSettings, SinusoidalNarrowSettings
 from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
@@ -359,3 +360,41 @@ def test_bits_do_not_depend_on_torchs_fill_of_new_memory(variant):
         torch.utils.deterministic.fill_uninitialized_memory = before[1]
     (grads_on, found_on), (grads_off, found_off) = results
     assert all(torch.equal(a, b) for a, b in zip(grads_on, grads_off)) and found_on == found_off
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 4096])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_fused_projection_loss_equals_cross_entropy_of_the_logits(chunk, smoothing):
+    """posenc.loss: the loss and its gradients (decoder output and the tied embedding) equal the
+    unfused F.linear + F.cross_entropy to float32 rounding, padding left out, for chunks that
+    split the tokens unevenly, split them one by one, or take them all at once."""
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(3, 7, 16, generator=g, requires_grad=True)
+    weight = (torch.randn(60, 16, generator=g) * 0.3).requires_grad_()
+    target = torch.randint(4, 60, (3, 7), generator=g)
+    target[1, 4:] = 0
+    fused = projection_loss(hidden, weight, target, smoothing, ignore_index=0, chunk=chunk)
+    (fused * 0.5).backward()  # a scaled loss, so that backward's factor is checked too
+    fused_grads = hidden.grad, weight.grad
+    hidden.grad = weight.grad = None
+    plain = F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), target.flatten(), ignore_index=0,
+                            label_smoothing=smoothing, reduction="sum")
+    (plain * 0.5).backward()
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(fused_grads[0], hidden.grad)
+    torch.testing.assert_close(fused_grads[1], weight.grad)
+    assert fused_grads[0][1, 4:].abs().sum() == 0  # padded positions get no gradient
+
+
+@pytest.mark.parametrize("variant", ["sinusoidal", "concat"])
+def test_the_models_training_loss_is_the_loss_of_its_logits(variant):
+    """forward(src, tgt, target) is the summed label-smoothed loss of forward(src, tgt)'s logits
+    (concat projects from the token slice of the decoder output: the same slice either way)."""
+    src, tgt = batch()
+    model = model_of(variant).eval()
+    target = torch.roll(tgt, -1, 1)
+    target[1, 5:] = 0
+    logits = model(src, tgt)
+    plain = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0,
+                            label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(model(src, tgt, target, 0.1), plain)

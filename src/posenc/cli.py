@@ -60,7 +60,8 @@ STAGES = {
 }
 INTS = {"--seed"}
 # commands that are not DVC stages: they write nothing the pipeline reads
-TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify", "readme": "posenc.readme"}
+TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify",
+         "export": "posenc.stages.export", "readme": "posenc.readme"}
 # the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
 # torch is imported (posenc.numerics); `verify` takes the mode the pinned run recorded
 COMPUTES = {"train", "evaluate", "extrapolate", "analyze", "translate"}
@@ -115,6 +116,17 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--sentences", type=int, default=20, help="dev sentences to re-decode (default 20; 0: none)")
     v.add_argument("--numerics", choices=["portable", "native"],
                    help="compute in this mode instead of the one the run recorded (to see a mismatch)")
+    e = sub.add_parser("export", help="write a trained model as a CTranslate2 model (pip install 'posenc[export]')",
+                       description="Write a trained model as a CTranslate2 TransformerSpec model directory, "
+                       "with its SentencePiece model beside it as spm.model, for every variant "
+                       "CTranslate2 can express (all but alibi).")
+    e.add_argument("--model", required=True, help="a trained model, e.g. models/sinusoidal-1/model.pt")
+    e.add_argument("--out", required=True, help="directory to write (replaced if it exists)")
+    e.add_argument("--spm", help="SentencePiece model (default: the one dvc.lock records for --model)")
+    e.add_argument("--lock", default="dvc.lock", help="dvc.lock, to find --model's SentencePiece model")
+    e.add_argument("--positions", type=int, default=1024, help="rows of the exported sinusoid table: "
+                   "the longest source or output, in subwords with EOS, it serves (default 1024; a "
+                   "learned table keeps its own rows)")
     r = sub.add_parser("readme", help="copy the generated result blocks into README.md")
     r.add_argument("--readme", default="README.md")
     r.add_argument("--check", action="store_true", help="fail if README.md is out of date")

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from posenc.config import ModelConfig
 from posenc.errors import UserError
+from posenc.loss import projection_loss
 from posenc import positional as variants
 from posenc.positional import VARIANTS, AttentionPositions, Positional
 
@@ -213,6 +214,11 @@ class Transformer(nn.Module):
         """Logits (B, T, vocab) for target inputs (B, T). With a cache (posenc.cache), `tgt` holds
         only the newest tokens, the cache supplies everything before them and the cross-attention
         keys and values, and `memory` is not read."""
+        return self.logits(self.decoder_output(tgt, memory, src_mask, cache))
+
+    def decoder_output(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
+                       cache: DecoderCache | None = None) -> Tensor:
+        """The decoder stack's output (B, T, d_model), before the pre-softmax projection."""
         offset = 0 if cache is None else cache.length
         positions = _positions(tgt, offset)
         x = self.embed_with_positions(tgt, positions)
@@ -221,14 +227,22 @@ class Transformer(nn.Module):
                       None if cache is None else (cache.self_attn[i], cache.cross_attn[i]))
         if cache is not None:
             cache.length += tgt.shape[1]
-        return self.logits(self.dec_norm(x))
+        return self.dec_norm(x)
 
     def logits(self, h: Tensor) -> Tensor:
         return F.linear(h[..., : self.positional.token_dim], self.embed.weight)
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt: Tensor, target: Tensor | None = None,
+                label_smoothing: float = 0.0) -> Tensor:
+        """Logits (B, T, vocab) for target inputs `tgt`; given the `target` tokens instead, the
+        summed label-smoothed loss (§5.4) of the training step, with the projection fused into
+        it (posenc.loss), padding left out. As nanoGPT's forward, so that DistributedDataParallel,
+        which wraps the forward, sees the whole step."""
         memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+        if target is None:
+            return self.decode(tgt, memory, src_mask)
+        h = self.decoder_output(tgt, memory, src_mask)[..., : self.positional.token_dim]
+        return projection_loss(h, self.embed.weight, target, label_smoothing, self.config.pad_id)
 
     # What the analysis stage reads: the first encoder self-attention, as the model computes it.
     def first_layer_logits(self, src: Tensor, offset: int = 0) -> Tensor:

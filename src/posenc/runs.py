@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from posenc.corpora import TGT
+from posenc.errors import UserError
 
 MODEL, DEV_LOG = "model.pt", "dev_log.tsv"
 METRICS, SCORES, SIGNATURES, HYPS = "metrics.json", "scores.json", "signatures.json", "hyps"
@@ -39,3 +42,23 @@ def result_dir(runs: Path, variant: str, seed: int) -> Path:
 
 def hypothesis_path(hyps_dir: Path, split: str) -> Path:
     return Path(hyps_dir) / f"{split}.{TGT}"
+
+
+def trained_with(model: Path, lock: Path) -> Path:
+    """The SentencePiece model that dvc.lock records as a dependency of the stage that wrote
+    `model` (paths relative to the project root, where dvc.lock is)."""
+    if not lock.is_file():
+        raise UserError(f"{lock}: missing, so the SentencePiece model of {model} is unknown; "
+                        f"pass --spm (e.g. --spm data/prepared/spm.model)")
+    root = lock.resolve().parent
+    try:
+        wanted = model.resolve().relative_to(root).as_posix()
+    except ValueError:
+        wanted = None
+    for stage in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
+        if any(out.get("path") == wanted for out in stage.get("outs", [])):
+            for dep in stage.get("deps", []):
+                if dep["path"].endswith(".model"):
+                    return root / dep["path"]
+    raise UserError(f"{lock}: no stage writes {model}, so its SentencePiece model is unknown; "
+                    f"pass --spm (e.g. --spm data/prepared/spm.model)")

@@ -15,32 +15,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from posenc import config, files, runtime, tokens
 from posenc.checkpoints import load_model
 from posenc.decode import translate
 from posenc.errors import UserError
-
-
-def trained_with(model: Path, lock: Path) -> Path:
-    """The SentencePiece model that dvc.lock records as a dependency of the stage that wrote
-    `model` (paths relative to the project root, where dvc.lock is)."""
-    if not lock.is_file():
-        raise UserError(f"{lock}: missing, so the SentencePiece model of {model} is unknown; "
-                        f"pass --spm (e.g. --spm data/prepared/spm.model)")
-    root = lock.resolve().parent
-    try:
-        wanted = model.resolve().relative_to(root).as_posix()
-    except ValueError:
-        wanted = None
-    for stage in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
-        if any(out.get("path") == wanted for out in stage.get("outs", [])):
-            for dep in stage.get("deps", []):
-                if dep["path"].endswith(".model"):
-                    return root / dep["path"]
-    raise UserError(f"{lock}: no stage writes {model}, so its SentencePiece model is unknown; "
-                    f"pass --spm (e.g. --spm data/prepared/spm.model)")
+from posenc.runs import trained_with
 
 
 def run(args) -> None:

@@ -1,0 +1,43 @@
+"""`posenc export`: a trained model as a CTranslate2 model directory (posenc.ct2), with its
+SentencePiece model beside it as spm.model, for every variant CTranslate2 can express.
+Not a DVC stage: it writes nothing the pipeline reads.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from posenc import ct2, tokens
+from posenc.checkpoints import load_model
+from posenc.errors import UserError
+from posenc.runs import trained_with
+
+
+def run(args) -> None:
+    ctranslate2 = ct2.engine()
+    model_file, out_dir = Path(args.model), Path(args.out)
+    if args.positions < 1:
+        raise UserError(f"--positions {args.positions}: must be >= 1")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: exists and is not a directory; give --out a directory to write")
+    model = load_model(model_file, torch.device("cpu"))
+    spm = Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock))
+    sp = tokens.load_tokenizer(spm)
+    built = ct2.spec(model, sp, args.positions)
+    # written beside the target, then moved: an interrupted export leaves no half-written model
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    try:
+        built.save(str(tmp))
+        shutil.copy(spm, tmp / "spm.model")
+        if out_dir.is_dir():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"export: {model_file} ({model.config.positional}) -> {out_dir} (CTranslate2 "
+          f"{ctranslate2.__version__}; the SentencePiece model beside it as spm.model)")
