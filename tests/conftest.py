@@ -106,3 +106,34 @@ def copy_mirror(tmp_path, mirror) -> Path:
     dest = tmp_path / "mirror"
     shutil.copytree(mirror / "multi30k", dest / "multi30k")
     return dest
+
+
+# The tiny profile trained 120 updates instead of 24, so that its models output words (at 24 they
+# output an empty line for every input, and decoding tests would test nothing).
+LONGER = {"max_steps: 24": "max_steps: 120", "warmup: 8": "warmup: 40", "save_every: 8": "save_every: 40",
+          "dev_every: 8": "dev_every: 40"}
+
+
+@pytest.fixture(scope="session")
+def longer(tiny_data):
+    """`longer(variant)`: tiny_data/longer-<variant>/, a seed-1 run of the tiny profile with the
+    LONGER settings (params in tiny_data/longer.yaml), trained once per session and variant: its
+    model.pt, train_log.tsv and digests.json."""
+    text = (tiny_data / "params.yaml").read_text(encoding="utf-8")
+    for old, new in LONGER.items():
+        assert old in text
+        text = text.replace(old, new)
+    (tiny_data / "longer.yaml").write_text(text, encoding="utf-8")
+
+    def run(variant: str) -> Path:
+        name = f"longer-{variant}"
+        if not (tiny_data / name / "model.pt").is_file():
+            r = posenc("train", "--params", "longer.yaml", "--variant", variant, "--seed", "1",
+                       "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
+                       "--model", f"{name}/model.pt", "--last", f"{name}/last.pt",
+                       "--train-log", f"{name}/train_log.tsv", "--dev-log", f"{name}/dev_log.tsv",
+                       "--checkpoints", f"ck/{name}", "--timings", f"logs/{name}.json",
+                       "--digests", f"{name}/digests.json", cwd=tiny_data)
+            assert r.returncode == 0, r.stderr[-2000:]
+        return tiny_data / name
+    return run

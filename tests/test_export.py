@@ -18,7 +18,6 @@ from posenc.ct2 import NOT_EXPRESSIBLE, search
 from posenc.positional import VARIANTS
 
 from conftest import model_of, posenc
-from test_portable import LONGER
 
 
 EXPORTABLE = [v for v in VARIANTS if v not in NOT_EXPRESSIBLE]
@@ -26,24 +25,12 @@ SENTENCES = 100  # val sentences decoded by both searches
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_data):
-    """Each exportable variant trained 120 updates on the tiny profile (at 24 its outputs are
-    empty lines) and exported: {variant: (model.pt, CTranslate2 directory)}."""
-    text = (tiny_data / "params.yaml").read_text(encoding="utf-8")
-    for old, new in LONGER.items():
-        text = text.replace(old, new)
-    (tiny_data / "export.yaml").write_text(text, encoding="utf-8")
+def exported(tiny_data, longer):
+    """Each exportable variant trained 120 updates on the tiny profile (conftest's `longer`) and
+    exported: {variant: (model.pt, CTranslate2 directory)}."""
     out = {}
     for variant in EXPORTABLE:
-        run = tiny_data / f"export-{variant}"
-        name = run.name
-        r = posenc("train", "--params", "export.yaml", "--variant", variant, "--seed", "1",
-                   "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
-                   "--model", f"{name}/model.pt", "--last", f"{name}/last.pt", "--train-log",
-                   f"{name}/train_log.tsv", "--dev-log", f"{name}/dev_log.tsv", "--digests",
-                   f"{name}/digests.json", "--checkpoints", f"ck/{name}", "--timings", f"logs/{name}.json",
-                   cwd=tiny_data)
-        assert r.returncode == 0, r.stderr[-2000:]
+        run = longer(variant)
         r = posenc("export", "--model", f"{run.name}/model.pt", "--spm", "data/prepared/spm.model",
                    "--out", f"{run.name}/ct2", cwd=tiny_data)
         assert r.returncode == 0, r.stderr[-2000:]

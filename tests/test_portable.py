@@ -1,7 +1,7 @@
 """Portable numerics (posenc.numerics): the same bits on Intel and AMD, proved by digests.
 
 The digests below were made on one vendor's machine and must come out on the other's: a run of
-the tiny profile for three variants (one summed table, one rotation, one bias with values), its
+the tiny profile (conftest's `longer`: 120 updates) for three variants (one summed table, one rotation, one bias with values), its
 weights after every checkpoint and after averaging, and the hypotheses its model decodes. README
 (Reproducibility) lists the CPU models on which this test has passed. When the training or
 decoding code changes on purpose, the digests change with it: the failure message prints the new
@@ -55,42 +55,28 @@ DIGESTS = {
     },
 }
 SENTENCES = 20  # val sentences decoded per run
-# The tiny profile trained 120 updates instead of 24, so that its models output words (at 24 they
-# output an empty line for every input, and the hypotheses would test nothing).
-LONGER = {"max_steps: 24": "max_steps: 120", "warmup: 8": "warmup: 40", "save_every: 8": "save_every: 40",
-          "dev_every: 8": "dev_every: 40"}
 
 
-def train_and_decode(work, variant: str) -> dict[str, str]:
-    name = f"portable-{variant}"
-    text = (work / "params.yaml").read_text(encoding="utf-8")
-    for old, new in LONGER.items():
-        assert old in text
-        text = text.replace(old, new)
-    (work / "portable.yaml").write_text(text, encoding="utf-8")
-    r = posenc("train", "--params", "portable.yaml", "--variant", variant, "--seed", "1", "--spm", "data/prepared/spm.model",
-               "--arrays", "data/prepared/arrays", "--model", f"{name}/model.pt", "--last", f"{name}/last.pt",
-               "--train-log", f"{name}/train_log.tsv", "--dev-log", f"{name}/dev_log.tsv",
-               "--checkpoints", f"ck/{name}", "--timings", f"logs/{name}.json",
-               "--digests", f"{name}/digests.json", cwd=work)
-    assert r.returncode == 0, r.stderr[-2000:]
+def train_and_decode(work, longer, variant: str) -> dict[str, str]:
+    run = longer(variant)
+    name = run.name
     val = (work / "data/raw/multi30k/val.en").read_text(encoding="utf-8").split("\n")[:SENTENCES]
-    (work / f"{name}/val.en").write_text("\n".join(val) + "\n", encoding="utf-8")
-    r = posenc("translate", "--params", "portable.yaml", "--model", f"{name}/model.pt", "--spm", "data/prepared/spm.model",
-               "-i", f"{name}/val.en", "-o", f"{name}/val.de", cwd=work)
+    (run / "val.en").write_text("\n".join(val) + "\n", encoding="utf-8")
+    r = posenc("translate", "--params", "longer.yaml", "--model", f"{name}/model.pt", "--spm",
+               "data/prepared/spm.model", "-i", f"{name}/val.en", "-o", f"{name}/val.de", cwd=work)
     assert r.returncode == 0, r.stderr[-2000:]
-    pinned = json.loads((work / f"{name}/digests.json").read_text())
-    model = torch.load(work / f"{name}/model.pt", weights_only=True)["model"]
+    pinned = json.loads((run / "digests.json").read_text())
+    model = torch.load(run / "model.pt", weights_only=True)["model"]
     return {**{f"step {c['step']}": c["sha256"] for c in pinned["checkpoints"]},
             "averaged model": checkpoints.weights_digest(model),
-            "train_log.tsv": hashlib.sha256((work / f"{name}/train_log.tsv").read_bytes()).hexdigest(),
-            "hypotheses": hashlib.sha256((work / f"{name}/val.de").read_bytes()).hexdigest()}
+            "train_log.tsv": hashlib.sha256((run / "train_log.tsv").read_bytes()).hexdigest(),
+            "hypotheses": hashlib.sha256((run / "val.de").read_bytes()).hexdigest()}
 
 
 @pytest.mark.parametrize("variant", list(DIGESTS))
-def test_portable_bits_equal_the_committed_digests(tiny_data, variant):
-    got = train_and_decode(tiny_data, variant)
-    assert (tiny_data / f"portable-{variant}/val.de").read_text().count("\n\n") < SENTENCES // 2
+def test_portable_bits_equal_the_committed_digests(tiny_data, longer, variant):
+    got = train_and_decode(tiny_data, longer, variant)
+    assert (tiny_data / f"longer-{variant}/val.de").read_text().count("\n\n") < SENTENCES // 2
     assert got == DIGESTS[variant], (
         f"{variant}: this machine's portable bits differ from the committed ones "
         f"({os.uname().machine}); the digests here:\n{json.dumps(got, indent=4)}")
