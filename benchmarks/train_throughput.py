@@ -258,7 +258,8 @@ def real_loop(prepared, steps: int, threads: int) -> dict:
         t = Path(tmp)
         training.train(model_config, cfg, 1, corpus, training.Paths(
             t / "model.pt", t / "last.pt", t / "train.tsv", t / "dev.tsv", t / "ck", t / "timings.json",
-            t / "digests.json"), torch.device("cpu"), numerics.record(numerics.applied() or "native"))
+            t / "digests.json", t / "highway.tsv"), torch.device("cpu"),
+            numerics.record(numerics.applied() or "native"))
         timings = json.loads((t / "timings.json").read_text())
         rows = (t / "train.tsv").read_text().splitlines()[1:]
     timings["tokens"] = sum(int(r.split("\t")[3]) for r in rows)

@@ -82,7 +82,7 @@ def tiny_model(tiny_data) -> Path:
                "--arrays", "data/prepared/arrays", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
                "--train-log", "evalm/train_log.tsv", "--dev-log", "evalm/dev_log.tsv",
                "--checkpoints", "ck/evalm", "--timings", "logs/evalm.json",
-               "--digests", "evalm/digests.json", cwd=tiny_data)
+               "--digests", "evalm/digests.json", "--highway", "evalm/highway_log.tsv", cwd=tiny_data)
     assert r.returncode == 0, r.stderr
     return tiny_data / "evalm/model.pt"
 
@@ -133,7 +133,7 @@ def longer(tiny_data):
                        "--model", f"{name}/model.pt", "--last", f"{name}/last.pt",
                        "--train-log", f"{name}/train_log.tsv", "--dev-log", f"{name}/dev_log.tsv",
                        "--checkpoints", f"ck/{name}", "--timings", f"logs/{name}.json",
-                       "--digests", f"{name}/digests.json", cwd=tiny_data)
+                       "--digests", f"{name}/digests.json", "--highway", f"{name}/highway_log.tsv", cwd=tiny_data)
             assert r.returncode == 0, r.stderr[-2000:]
         return tiny_data / name
     return run

@@ -65,16 +65,30 @@ def reads(module: str) -> tuple[set[str], dict[str, set[str]], dict[str, set[str
     return lists, sections, {s: used.get(s, set()) & keys for s, keys in sections.items()}
 
 
+def lists_of(name: str) -> set[str]:
+    """The top-level keys and positional settings the stage reads: `positional.${item.variant}`
+    for a matrix over variants, `positional.<v>` for a stage whose command names `--variant <v>`
+    (the residual study's)."""
+    lists, _, _ = reads(module_of(STAGES[name]))
+    fixed = re.search(r"--variant (\w+)", STAGES[name]["cmd"])
+    if fixed:
+        lists = {f"positional.{fixed.group(1)}" if x == "positional.${item.variant}" else x for x in lists}
+    return lists
+
+
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_list_a_stage_reads_is_declared(name):
-    """report and analyze read `variants` and `seeds`: adding a seed must make them stale."""
-    lists, _, _ = reads(module_of(STAGES[name]))
+    """report and analyze read `variants` and `seeds`: adding a seed must make them stale. A
+    stage that names its variant in the command (the residual study's) declares that variant's
+    settings."""
+    lists = lists_of(name)
     assert lists <= set(STAGES[name].get("params", [])), f"{name}: declare {sorted(lists)}"
 
 
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_declared_param_is_a_key_the_stage_reads(name):
-    lists, sections, _ = reads(module_of(STAGES[name]))
+    _, sections, _ = reads(module_of(STAGES[name]))
+    lists = lists_of(name)
     for param in STAGES[name].get("params", []):
         section, _, key = param.partition(".")
         if param in lists:
@@ -159,3 +173,13 @@ def test_training_declares_every_model_and_train_key():
     declared = set(STAGES["train"]["params"])
     for section in ("model", "train"):
         assert {f"{section}.{k}" for k in sections[section]} <= declared
+
+
+@pytest.mark.parametrize("profile", ["params.yaml", "profiles/tiny.yaml", "profiles/paper.yaml"])
+def test_the_residual_study_trains_the_summed_model_at_its_own_depth_once(profile):
+    """`sum` at model.layers is the positional table's sinusoidal run: train_residual_sum must
+    not train it again, and the study's kinds are residual kinds other than sum."""
+    raw = yaml.safe_load((ROOT / profile).read_text())
+    study = raw["residual_study"]
+    assert raw["model"]["layers"] not in study["sum_depths"]
+    assert set(study["kinds"]) <= {"concat", "none"} and study["depths"]

@@ -19,7 +19,7 @@ from posenc.config import AlibiSettings, ConcatSettings, RopeSettings, Sinusoida
 from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
 from posenc.training import lr_at
 
-from conftest import SMALL, model_of
+from conftest import SMALL, TINY, model_of
 
 
 def batch():
@@ -191,10 +191,16 @@ def test_length_penalty_is_gnmt():
     assert length_penalty(10, 0.6) == pytest.approx((15 / 6) ** 0.6)
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_cached_decoding_equals_a_full_forward_pass(variant):
-    """For every variant, to 1e-5 in float32: step by step, and on after a beam reorder."""
-    model = model_of(variant)
+CACHE_CASES = [(v, "sum", "identity") for v in VARIANTS] + [("sinusoidal", "concat", "identity"),
+                                                             ("sinusoidal", "concat", "xavier"),
+                                                             ("sinusoidal", "none", "identity")]
+
+
+@pytest.mark.parametrize("variant, residual, init", CACHE_CASES)
+def test_cached_decoding_equals_a_full_forward_pass(variant, residual, init):
+    """For every variant and residual kind, to 1e-5 in float32: step by step, and on after a
+    beam reorder."""
+    model = model_of(variant, residual=residual, residual_init=init)
     src, tgt = batch()
     with torch.no_grad():
         full = model(src, tgt)
@@ -398,3 +404,60 @@ def test_the_models_training_loss_is_the_loss_of_its_logits(variant):
     plain = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0,
                             label_smoothing=0.1, reduction="sum")
     torch.testing.assert_close(model(src, tgt, target, 0.1), plain)
+
+
+def test_concat_residual_at_the_identity_starts_as_the_summed_model():
+    """W = [I I] gives W [x; f(x)] = x + f(x): the first forward pass of the summed model, to
+    float32 rounding (the other weights are drawn alike: W takes no random numbers)."""
+    src, tgt = batch()
+    torch.testing.assert_close(model_of("sinusoidal", residual="concat")(src, tgt),
+                               model_of("sinusoidal", residual="sum")(src, tgt))
+    xavier = model_of("sinusoidal", residual="concat", residual_init="xavier")
+    assert not torch.allclose(xavier(src, tgt), model_of("sinusoidal")(src, tgt), atol=1e-3)
+
+
+@pytest.mark.parametrize("kind, identity_path", [("sum", True), ("concat", True), ("none", False)])
+def test_only_none_has_no_identity_path(kind, identity_path):
+    """A sub-layer whose output ignores its input: the residual's output still depends on x
+    through the identity path, except without one (`none`), where x gets no gradient at all."""
+    from posenc.model import Residual
+
+    res = Residual(8, 0.0, "post", kind)
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    constant = torch.randn(2, 3, 8)
+    out = res(x, lambda y: constant)
+    (out * torch.randn_like(out)).sum().backward()
+    assert (x.grad is not None and x.grad.abs().sum() > 0) == identity_path
+
+
+def test_a_residual_kind_is_checked_where_the_params_are_read(tmp_path):
+    from posenc import config
+
+    text = TINY.read_text().replace("residual: sum", "residual: product")
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(UserError, match=r"model.residual: 'product'"):
+        config.load(tmp_path / "p.yaml", "model", config.ModelConfig, positional="sinusoidal",
+                    position=config.SinusoidalSettings(), vocab_size=60, pad_id=0, bos_id=2, eos_id=3)
+
+
+def test_the_highway_measures_every_layer_and_leaves_the_model_as_it_was():
+    from posenc import highway
+
+    model = model_of("sinusoidal", residual="concat").train()
+    src, tgt = batch()
+    target = torch.roll(tgt, -1, 1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    rows = highway.measure(model, (src, tgt, target), 0.1)
+    assert model.training and all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)  # no dropout masks drawn: the training's bits stay
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    got = {(part, m): v for part, m, v in rows}
+    layers = model.config.layers
+    for side in ("encoder", "decoder"):
+        assert got[(f"{side} embeddings", "grad_ratio")] > 0
+        for i in range(1, layers + 1):
+            assert got[(f"{side} layer {i} input", "grad_ratio")] > 0
+    assert len([k for k in got if k[1] == "update_ratio"]) == 5 * layers  # 2 + 3 sub-layers a layer
+    halves = [v for (p, m), v in got.items() if m in ("w_x", "w_f")]
+    assert len(halves) == 2 * 5 * layers and halves == pytest.approx([1.0] * len(halves))

@@ -90,7 +90,7 @@ def test_verify_says_reproduces_and_names_the_first_difference_in_another_mode(t
     cmd = (f"python -m posenc train --variant sinusoidal --seed 1 --spm data/prepared/spm.model "
            f"--arrays data/prepared/arrays --model pins/{run}/model.pt --last pins/{run}/last.pt "
            f"--train-log pins/{run}/train_log.tsv --dev-log pins/{run}/dev_log.tsv "
-           f"--checkpoints checkpoints/{run} --timings logs/pins-{run}.json --digests pins/{run}/digests.json")
+           f"--checkpoints checkpoints/{run} --timings logs/pins-{run}.json --digests pins/{run}/digests.json --highway pins/{run}/highway_log.tsv")
     lock = tiny_data / "verify.lock"
     lock.write_text(f"schema: '2.0'\nstages:\n  train@{run}:\n    cmd: {cmd}\n", encoding="utf-8")
     r = subprocess.run([sys.executable, *cmd.split()[1:]], cwd=tiny_data, capture_output=True, text=True,
@@ -182,7 +182,7 @@ def test_a_bad_numerics_value_is_one_line(tiny_data):
     (tiny_data / "bad_numerics.yaml").write_text(text)
     r = posenc("train", "--params", "bad_numerics.yaml", "--variant", "sinusoidal", "--seed", "1",
                *(x for o in ("--spm", "--arrays", "--model", "--last", "--train-log", "--dev-log",
-                             "--checkpoints", "--timings", "--digests") for x in (o, "unused")), cwd=tiny_data)
+                             "--checkpoints", "--timings", "--digests", "--highway") for x in (o, "unused")), cwd=tiny_data)
     assert r.returncode == 2
     assert r.stderr.strip() == ("posenc train: error: bad_numerics.yaml: numerics: 'fast' is not one of "
                                 "'portable', 'native'")

@@ -26,7 +26,8 @@ def train_cmd(work: Path, name: str, params: str = "params.yaml", variant: str =
             "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
             "--model", f"{name}/model.pt", "--last", f"{name}/last.pt", "--train-log", f"{name}/train_log.tsv",
             "--dev-log", f"{name}/dev_log.tsv", "--checkpoints", f"ck/{name}",
-            "--timings", f"logs/{name}.json", "--digests", f"{name}/digests.json"]
+            "--timings", f"logs/{name}.json", "--digests", f"{name}/digests.json",
+            "--highway", f"{name}/highway_log.tsv"]
 
 
 def env(**extra: str) -> dict:
@@ -76,6 +77,7 @@ def test_two_runs_give_bit_identical_weights_and_logs(tiny_data):
     assert same_bits(tiny_data / "run1/model.pt", tiny_data / "run2/model.pt")
     assert same_bits(tiny_data / "run1/train_log.tsv", tiny_data / "run2/train_log.tsv")
     assert same_bits(tiny_data / "run1/dev_log.tsv", tiny_data / "run2/dev_log.tsv")
+    assert same_bits(tiny_data / "run1/highway_log.tsv", tiny_data / "run2/highway_log.tsv")
     log = (tiny_data / "run1/train_log.tsv").read_text().split("\n")
     assert log[0] == "step\tlr\tloss\ttokens" and len(log) == 24 + 2
     assert not (tiny_data / "ck/run1").exists()  # checkpoints go once the run is complete
@@ -104,6 +106,7 @@ def resumed_equals_whole(work: Path, name: str, whole: Path, extra_env: dict | N
     assert same_bits(whole / "last.pt", work / name / "last.pt")
     assert same_bits(whole / "train_log.tsv", work / name / "train_log.tsv")
     assert same_bits(whole / "dev_log.tsv", work / name / "dev_log.tsv")
+    assert same_bits(whole / "highway_log.tsv", work / name / "highway_log.tsv")
     assert not (work / "ck" / name).exists()
     return r.stdout
 
@@ -258,7 +261,8 @@ def _fake_run(directory: Path, steps: list[int], fingerprint: dict) -> None:
     for step in steps:
         checkpoints.save(directory, step, {"fingerprint": fingerprint, "model": {"w": torch.zeros(1)},
                                            "optimizer": {}, "rng": torch.get_rng_state(),
-                                           "train_rows": [], "dev_rows": [], "digests": []}, keep=10)
+                                           "train_rows": [], "dev_rows": [], "digests": [],
+                                           "highway_rows": []}, keep=10)
 
 
 def test_resume_needs_every_checkpoint_of_the_final_average_before_it(tmp_path, capsys):
@@ -277,3 +281,26 @@ def test_resume_needs_every_checkpoint_of_the_final_average_before_it(tmp_path, 
     assert checkpoints.resume(tmp_path, {**fp, "code": "other"}, [32, 40], "cpu") is None
     assert "written by another run (different code): removed; starting afresh" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_residual_study_run_logs_the_highway_at_every_dev_evaluation(tiny_data):
+    """--residual and --layers replace model.residual and model.layers (dvc.yaml's
+    train_residual); highway_log.tsv has each measure at every dev evaluation."""
+    name = "residual-concat-2-3"
+    r = subprocess.run([sys.executable, *train_cmd(tiny_data, name, variant="sinusoidal"),
+                        "--residual", "concat", "--layers", "2"], cwd=tiny_data, capture_output=True,
+                       text=True, env=env())
+    assert r.returncode == 0, r.stderr
+    config = torch.load(tiny_data / name / "model.pt", weights_only=True)["config"]
+    assert (config["residual"], config["layers"]) == ("concat", 2)
+    rows = [line.split("\t") for line in (tiny_data / name / "highway_log.tsv").read_text().splitlines()]
+    assert rows[0] == ["step", "part", "measure", "value"]
+    dev_steps = [line.split("\t")[0] for line in (tiny_data / name / "dev_log.tsv").read_text().splitlines()[1:]]
+    assert sorted({row[0] for row in rows[1:]}, key=int) == dev_steps
+    at_first = {(part, measure) for step, part, measure, _ in rows[1:] if step == dev_steps[0]}
+    assert ("decoder layer 2 input", "grad_ratio") in at_first
+    assert ("encoder layer 1 feed-forward", "w_x") in at_first
+    assert all(float(value) > 0 for *_, value in rows[1:])
+    r = subprocess.run([sys.executable, *train_cmd(tiny_data, "bad", variant="sinusoidal"), "--layers", "0"],
+                       cwd=tiny_data, capture_output=True, text=True, env=env())
+    assert error_line(r, "train") == "posenc train: error: --layers 0: a layer count >= 1"

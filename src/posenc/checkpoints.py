@@ -22,7 +22,8 @@ from posenc.config import ModelConfig
 from posenc.errors import UserError
 from posenc.model import build_model
 
-STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows", "digests"}
+STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows", "digests",
+              "highway_rows"}
 
 
 def fingerprint(settings: list, data: str, code_module: str, numerics: dict) -> dict[str, str]:

@@ -27,7 +27,8 @@ STAGES = {
         "--train-log": "per-update TSV to write",
         "--dev-log": "dev loss TSV to write", "--checkpoints": "working directory for checkpoints",
         "--timings": "untracked JSON of wall-clock figures",
-        "--digests": "JSON of the weights' SHA-256 at every checkpoint (what posenc verify compares)"}),
+        "--digests": "JSON of the weights' SHA-256 at every checkpoint (what posenc verify compares)",
+        "--highway": "TSV of gradient and update sizes at each dev evaluation (the residual study)"}),
     "evaluate": ("posenc.stages.evaluate", "translate and score the dev and test sets with one model", {
         "--seed": "the seed the model was trained with (int)",
         "--model": "averaged model: scores the test sets (Table 2's protocol)",
@@ -89,6 +90,10 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument(option, required=True, help=option_help, type=int if option in INTS else str,
                            **({"choices": list(config.POSITIONAL)} if option == "--variant" else {}))
         if stage == "train":
+            s.add_argument("--residual", choices=["sum", "concat", "none"],
+                           help="residual kind, in place of model.residual (the residual study)")
+            s.add_argument("--layers", type=int, help="layers on each side, in place of model.layers "
+                           "(the residual study)")
             s.add_argument("--until", type=int, help="stop after this update: write the logs and "
                            "digests so far, no models (what posenc verify runs)")
     t = sub.add_parser("translate", help="translate English lines to German with a trained model",

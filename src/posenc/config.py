@@ -51,7 +51,7 @@ Share = Annotated[float, Range(0, 1, low_open=True)]         # a share of a whol
 
 # Top-level keys of params.yaml. `variants`, `seeds` and `launcher` are read by dvc.yaml only.
 SECTIONS = ("numerics", "data", "tokenizer", "model", "positional", "train", "eval", "extrapolate",
-            "report", "analyze", "variants", "seeds", "launcher")
+            "report", "analyze", "variants", "seeds", "launcher", "residual_study")
 
 # params.yaml's `numerics`: portable (the same bits on Intel and AMD) or native (posenc.numerics).
 Numerics = Literal["portable", "native"]
@@ -141,6 +141,11 @@ class ModelConfig:
     layers: Positive              # N, on each side (§3.1)
     dropout: Fraction             # P_drop (§5.4)
     norm: Literal["post", "pre"]  # post: LayerNorm(x + Sublayer(x)) as in §3.1
+    # How each sub-layer's output meets its input (README, "The residual study"): sum, x + f(x),
+    # as §3.1; concat, W [x; f(x)] with W of 2d -> d; none, f(x) alone (no identity path).
+    residual: Literal["sum", "concat", "none"] = "sum"
+    # concat's W at the start: identity, [I I] (so the model starts as the summed one); xavier.
+    residual_init: Literal["identity", "xavier"] = "identity"
 
     @classmethod
     def from_dict(cls, saved: dict) -> "ModelConfig":

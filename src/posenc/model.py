@@ -121,19 +121,43 @@ class FeedForward(nn.Sequential):
 
 
 class Residual(nn.Module):
-    """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x)))."""
+    """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))).
 
-    def __init__(self, d_model: int, dropout: float, norm: str):
+    `kind` is how the sub-layer's output y meets its input x: `sum`, x + y (the paper's, whose
+    derivative with respect to x is the identity: the "gradient highway"); `concat`, W [x; y]
+    with W of 2d -> d, so the width stays d_model; `none`, y alone (the control without an
+    identity path). concat's W starts at [I I] (`identity`: the model starts as the summed one,
+    and learns whether to keep the path) or at Xavier (`xavier`: no identity path at the start).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm: str, kind: str = "sum", init: str = "identity"):
         super().__init__()
-        self.norm, self.drop, self.pre = nn.LayerNorm(d_model), nn.Dropout(dropout), norm == "pre"
+        self.norm, self.drop, self.pre, self.kind = nn.LayerNorm(d_model), nn.Dropout(dropout), norm == "pre", kind
+        if kind == "concat":
+            # skip_init: no random numbers drawn here, so that every other weight is drawn as in
+            # the summed model (the identity start is then exactly that model)
+            self.merge = torch.nn.utils.skip_init(nn.Linear, 2 * d_model, d_model, bias=False)
+            with torch.no_grad():
+                if init == "identity":
+                    eye = torch.eye(d_model)
+                    self.merge.weight.copy_(torch.cat((eye, eye), dim=1))
+                else:
+                    nn.init.xavier_uniform_(self.merge.weight)
 
     def sublayer_input(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.pre else x
 
+    def combine(self, x: Tensor, y: Tensor) -> Tensor:
+        if self.kind == "sum":
+            return x + y
+        if self.kind == "concat":
+            return self.merge(torch.cat((x, y), dim=-1))
+        return y
+
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.pre:
-            return x + self.drop(sublayer(self.norm(x)))
-        return self.norm(x + self.drop(sublayer(x)))
+            return self.combine(x, self.drop(sublayer(self.norm(x))))
+        return self.norm(self.combine(x, self.drop(sublayer(x))))
 
 
 class EncoderLayer(nn.Module):
@@ -141,7 +165,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.attn = MultiHeadAttention(c.d_model, c.heads, positional.self_attention())
         self.ff = FeedForward(c.d_model, c.d_ff)
-        self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm) for _ in range(2))
+        self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm, c.residual, c.residual_init)
+                                 for _ in range(2))
 
     def forward(self, x: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         x = self.res[0](x, lambda y: self.attn(y, mask=mask, positions=positions))
@@ -154,7 +179,8 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(c.d_model, c.heads, positional.self_attention())
         self.cross_attn = MultiHeadAttention(c.d_model, c.heads)  # position-free (§3.2.3)
         self.ff = FeedForward(c.d_model, c.d_ff)
-        self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm) for _ in range(3))
+        self.res = nn.ModuleList(Residual(c.d_model, c.dropout, c.norm, c.residual, c.residual_init)
+                                 for _ in range(3))
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, positions: Tensor,
                 caches: tuple[AttentionCache, AttentionCache] | None) -> Tensor:
@@ -185,8 +211,10 @@ class Transformer(nn.Module):
         self.dec_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         # Xavier for the projection matrices (as tensor2tensor); position tables and relative
         # embeddings keep the initialisation their own module states (posenc.positional).
+        # concat's residual merge keeps the initialisation its module chose (Residual).
+        merges = {id(m.merge) for m in self.modules() if isinstance(m, Residual) and m.kind == "concat"}
         for m in self.modules():
-            if isinstance(m, nn.Linear):
+            if isinstance(m, nn.Linear) and id(m) not in merges:
                 nn.init.xavier_uniform_(m.weight)
         nn.init.normal_(self.embed.weight, std=width ** -0.5)
         with torch.no_grad():

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from posenc import checkpoints, files, tokens
+from posenc import checkpoints, files, highway, tokens
 from posenc.batching import collate, epoch_order, make_batches
 from posenc.config import ModelConfig, TrainConfig, checkpoint_steps
 from posenc.corpora import Corpus as CorpusSpec
@@ -54,6 +54,7 @@ class Paths:
     checkpoints: Path    # working directory, removed when the run completes
     timings: Path        # wall-clock figures: untracked, since they differ between runs
     digests: Path        # SHA-256 of the weights at every checkpoint, and what fixed their bits
+    highway: Path        # the residual study's gradient and update sizes at each dev evaluation (TSV)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +108,16 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     state = _resume(paths.checkpoints, fingerprint, window, model, optimizer, device, rank, world)
     step, train_rows, dev_rows = state["step"], state["train_rows"], state["dev_rows"]
     digests = state["digests"]  # (step, SHA-256 of the weights) of every checkpoint so far
+    highway_rows = state["highway_rows"]
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
     lens = np.array([len(s) for s in corpus.train_src]), np.array([len(t) for t in corpus.train_tgt])
     batches = make_batches(*lens, cfg.max_tokens, seed)
+    # one fixed dev batch for the highway measures, the same in every run of this data
+    dev_lens = np.array([len(s) for s in corpus.dev_src]), np.array([len(t) for t in corpus.dev_tgt])
+    probe = tuple(t.to(device) for t in collate(corpus.dev_src, corpus.dev_tgt,
+                                                make_batches(*dev_lens, cfg.max_tokens, seed=0)[0],
+                                                model_config.pad_id, model_config.bos_id))
     group = world * cfg.accum  # micro-batches in one update, over all processes
     steps_per_epoch = len(batches) // group
     if steps_per_epoch == 0:
@@ -165,11 +172,13 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
         if rank == 0 and (step % cfg.dev_every == 0 or step == cfg.max_steps):
             nll, count = corpus_nll(model, corpus.dev_src, corpus.dev_tgt, cfg.max_tokens, device)
             dev_rows.append((step, nll / count, perplexity(nll, count)))
+            highway_rows += [(step, *row) for row in highway.measure(model, probe, cfg.label_smoothing)]
         if rank == 0 and (step % cfg.save_every == 0 or step == cfg.max_steps):
             digests.append((step, checkpoints.weights_digest(model.state_dict())))
             state = {"fingerprint": fingerprint, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                     "train_rows": train_rows, "dev_rows": dev_rows, "digests": digests}
+                     "train_rows": train_rows, "dev_rows": dev_rows, "digests": digests,
+                     "highway_rows": highway_rows}
             if torch.cuda.is_available():
                 state["cuda_rng"] = torch.cuda.get_rng_state()
             checkpoints.save(paths.checkpoints, step, state, cfg.average_last)
@@ -186,6 +195,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     if rank == 0:
         files.write_tsv(paths.train_log, TRAIN_LOG_HEADER, train_rows)
         files.write_tsv(paths.dev_log, DEV_LOG_HEADER, dev_rows)
+        files.write_tsv(paths.highway, highway.HEADER, highway_rows)
         # What `posenc verify` compares: each checkpoint's weights, and what fixed their bits.
         files.write_json(paths.digests, {"numerics": numerics, "threads": cfg.threads,
                                          "processes": world, "fingerprint": fingerprint,
@@ -218,7 +228,7 @@ def _resume(directory: Path, fingerprint: dict, window: list[int], model, optimi
         if rank != 0:
             state = checkpoints.resume(directory, fingerprint, window, device, clean=False)
     if state is None:
-        return {"step": 0, "train_rows": [], "dev_rows": [], "digests": []}
+        return {"step": 0, "train_rows": [], "dev_rows": [], "digests": [], "highway_rows": []}
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
