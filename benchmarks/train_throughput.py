@@ -358,17 +358,17 @@ LEVERS = {"before: loss from the logits, Adam per tensor": (False, False),
           "both (posenc.training)": (True, True)}
 
 
-def levers(model, data, tokens_per_round, rounds: int) -> None:
+def levers(model, data, tokens_per_round, rounds: int, what: str) -> None:
     """posenc's step without and with each training lever (README, Performance), interleaved
-    round by round on the same model and batches: each row's target tokens/s, and its ratio to
-    "before" round by round."""
+    round by round on the same model and batches (`what`): each row's target tokens/s, and its
+    ratio to "before" round by round."""
     models = {name: model if fused_loss else Unfused(model) for name, (fused_loss, _) in LEVERS.items()}
     optimizers = {name: adam(model, fused) for name, (_, fused) in LEVERS.items()}
     for name in LEVERS:  # warm-up: Adam's state, the first touch of each buffer
         step_time(models[name], optimizers[name], data[0])
     rates = interleaved(models, optimizers, data, tokens_per_round, rounds)
     before = rates[next(iter(LEVERS))]
-    print(f"training levers, posenc's step, {rounds} interleaved rounds:")
+    print(f"training levers, posenc's step on {what}, {rounds} interleaved rounds:")
     for name, r in rates.items():
         ratios = [x / y for x, y in zip(r, before)]
         print(f"  {name:48s} median {statistics.median(r):6.0f} target tokens/s, "
@@ -472,7 +472,7 @@ def main() -> None:
               f"unfused {part['unfused alone']:.0f} ms; the rest of the step {rest_ms:.0f} ms "
               f"({share(rest_flops, rest_ms)})")
     if a.levers:
-        levers(models["posenc"], data, tokens_per_round, a.rounds)
+        levers(models["posenc"], data, tokens_per_round, a.rounds, "synthetic batches")
     if a.profile:
         print(profile_top(models["posenc"], optimizers["posenc"], data))
     if a.arrays:
@@ -488,6 +488,8 @@ def main() -> None:
         ratios = [x / y for x, y in zip(real_rates["posenc"], real_rates["torch.nn.Transformer"])]
         print(f"ratio posenc / torch.nn.Transformer on real batches: median {statistics.median(ratios):.3f} "
               f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+        if a.levers:  # with their padding: the fused loss skips the padded positions' logits
+            levers(models["posenc"], real, n_tokens, a.rounds, f"the first {len(real)} real batches")
         runs = [real_loop(prepared, a.real_steps, a.threads) for _ in range(a.real_rounds)]
         if not all(r["update_s"] for r in runs):  # the timings record rounds to 0.1 s
             raise SystemExit(f"--real-steps {a.real_steps}: too few updates to time; raise --real-steps")

@@ -1,3 +1,4 @@
+import dataclasses
 import re
 import subprocess
 import sys
@@ -168,3 +169,36 @@ def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr == "posenc report: error: params.yaml: seeds: 1 is listed twice; list each value once\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("base", [1.0e+308, 1.00000001])
+def test_a_rope_base_float32_cannot_rotate_with_is_refused(base):
+    from posenc import positional
+    from conftest import SMALL
+
+    c = dataclasses.replace(SMALL, positional="rope", position=config.RopeSettings(base))
+    with pytest.raises(UserError, match=r"positional.rope.base \(.*\) gives rotation rates base\^\(-2i/8\) "
+                                        r"that are not distinct in float32"):
+        positional.check(c)
+    positional.check(dataclasses.replace(c, position=config.RopeSettings(1.0e+30)))  # still distinct
+
+
+@pytest.mark.parametrize("buckets", [[30, 10, 20, 15], [10, 10, 20]])
+def test_length_buckets_that_do_not_rise_are_refused(buckets):
+    with pytest.raises(UserError, match=r"length_buckets: .* must rise strictly"):
+        config.ReportConfig(baseline="sinusoidal", bootstrap_samples=10, bootstrap_seed=0,
+                            length_buckets=tuple(buckets))
+
+
+def test_a_yaml_1_1_exponent_without_a_dot_gets_its_spelling(tmp_path):
+    (tmp_path / "p.yaml").write_text("positional:\n  rope:\n    base: 1e308\n")
+    with pytest.raises(UserError) as e:
+        config.load_positional(tmp_path / "p.yaml", "rope")
+    assert str(e.value) == f"{tmp_path / 'p.yaml'}: positional.rope.base: '1e308' is a string to YAML; write it as 1.0e+308"
+
+
+def test_a_key_in_a_section_without_settings_says_it_takes_none(tmp_path):
+    (tmp_path / "p.yaml").write_text("positional:\n  alibi:\n    slope: 2\n")
+    with pytest.raises(UserError) as e:
+        config.load_positional(tmp_path / "p.yaml", "alibi")
+    assert str(e.value).endswith("positional.alibi.slope: unknown key; it takes no settings: write {}")

@@ -75,3 +75,24 @@ def test_bad_options_stop_with_one_line(tiny_data, tiny_model):
     r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", "data/prepared/spm.model",
                   "-i", "nothing.en")
     assert "nothing.en: no such file" in error_line(r, "translate")
+
+
+def test_a_search_the_model_cannot_run_stops_with_one_line(tiny_data, tiny_model, tmp_path):
+    """A beam over half the vocabulary, a length penalty that is NaN or would overflow, and a
+    SentencePiece model of another vocabulary: one line each, before any decoding."""
+    common = ("--model", "evalm/model.pt", "--spm", "data/prepared/spm.model")
+    r = translate(tiny_data, *common, "--beam", "201", stdin="A man.\n")
+    assert error_line(r, "translate") == ("posenc translate: error: --beam 201: more than half the model's "
+                                          "vocabulary of 400 (the search ranks 2 x beam candidates); lower --beam")
+    for lenpen in ("nan", "1e308"):
+        r = translate(tiny_data, *common, "--lenpen", lenpen, stdin="A man.\n")
+        assert error_line(r, "translate") == f"posenc translate: error: --lenpen {float(lenpen)}: must be in [0, 10]"
+    import sentencepiece as spm
+
+    raw = tiny_data / "data/raw/multi30k/train.en"
+    spm.SentencePieceTrainer.train(input=str(raw), model_prefix=str(tmp_path / "other"), vocab_size=300,
+                                   pad_id=0, unk_id=1, bos_id=2, eos_id=3, minloglevel=2)
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--spm", str(tmp_path / "other.model"), stdin="A man.\n")
+    assert error_line(r, "translate") == (f"posenc translate: error: {tmp_path / 'other.model'}: a vocabulary of "
+                                          f"300, but evalm/model.pt was trained with 400; pass the SentencePiece "
+                                          f"model of its run (--spm)")

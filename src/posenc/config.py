@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -185,7 +186,9 @@ def checkpoint_steps(max_steps: int, save_every: int) -> list[int]:
 @dataclass(frozen=True)
 class EvalConfig:
     beam: Positive                # §6.1: beam size 4
-    lenpen: NonNegativeFloat      # §6.1: alpha 0.6, GNMT's ((5+len)/6)^alpha
+    # §6.1: alpha 0.6, GNMT's ((5+len)/6)^alpha; at most 10 (GNMT tuned it in [0, 1]; far
+    # beyond, the penalty overflows a float for long outputs)
+    lenpen: Annotated[float, Range(0, 10)]
     max_len_extra: NonNegative    # §6.1: output length at most input length + 50
     batch_tokens: Positive        # source tokens per decoding batch
     threads: Positive
@@ -206,6 +209,12 @@ class ReportConfig:
     bootstrap_samples: Positive
     bootstrap_seed: NonNegative
     length_buckets: tuple[Positive, ...]  # upper bounds (source words) of the length buckets
+
+    def __post_init__(self):
+        bounds = self.length_buckets
+        if any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise UserError(f"length_buckets: {list(bounds)} must rise strictly (each bucket's upper "
+                            f"bound above the one before, none twice); write e.g. {sorted(set(bounds))}")
 
 
 @dataclass(frozen=True)
@@ -282,7 +291,8 @@ def build(cls: type, values: Any, where: str, **fixed: Any):
     settable = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
     for key in values:
         if key not in settable:
-            raise UserError(f"{where}.{key}: unknown key; valid keys: {', '.join(settable)}")
+            valid = f"valid keys: {', '.join(settable)}" if settable else "it takes no settings: write {}"
+            raise UserError(f"{where}.{key}: unknown key; {valid}")
     for key in settable:
         if key not in values:
             raise UserError(f"{where}.{key}: missing; add it (see params.yaml for an example)")
@@ -325,6 +335,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
+        if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
+            # YAML 1.1 reads 1e308 (no dot, no sign in the exponent) as a string
+            fixed = float(value)
+            raise UserError(f"{where}: {value!r} is a string to YAML; write it as {fixed:.1e}"
+                            .replace("e+0", "e+").replace("e-0", "e-"))
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from posenc.decode import length_penalty
 from posenc.errors import UserError
 from posenc.model import Transformer
 
@@ -127,21 +128,28 @@ def _ffn(spec, ff, norm) -> None:
 def search(translator, sp, sources: list[list[str]], beam: int, lenpen: float,
            max_len_extra: int) -> list[list[str]]:
     """Source subwords (without EOS: the exported model adds it) translated by a CTranslate2
-    model with posenc's beam search settings (posenc.decode): the beam, the length penalty, each
-    sentence's length limit (its subwords + EOS + max_len_extra, so at most its subwords +
-    max_len_extra output subwords; sentences of one length share a batch, so a batch shares it),
-    and neither padding nor BOS ever generated. The best hypothesis of each, without EOS."""
+    model with posenc's beam search settings (posenc.decode): the beam, each sentence's length
+    limit (its subwords + EOS + max_len_extra, so at most its subwords + max_len_extra output
+    subwords; sentences of one length share a batch, so a batch shares it), neither padding nor
+    BOS ever generated, and GNMT's length penalty. CTranslate2's own penalty divides by
+    length^alpha, not ((5 + length) / 6)^alpha, so it searches with none and returns its `beam`
+    finished hypotheses with their summed log-probabilities (EOS included), and the best of them
+    by GNMT's penalty is taken here, as posenc.decode takes it (one stopped at the limit, without
+    EOS, only when none ended). The best hypothesis of each, without EOS."""
     never = [[sp.id_to_piece(sp.pad_id())], [sp.id_to_piece(sp.bos_id())]]
     by_length: dict[int, list[int]] = {}
     for i, p in enumerate(sources):
         by_length.setdefault(len(p), []).append(i)
     out: list[list[str]] = [[] for _ in sources]
     for n, idx in sorted(by_length.items()):
-        results = translator.translate_batch([sources[i] for i in idx], beam_size=beam,
-                                             length_penalty=lenpen, max_decoding_length=n + max_len_extra,
+        results = translator.translate_batch([sources[i] for i in idx], beam_size=beam, length_penalty=0,
+                                             num_hypotheses=beam, return_scores=True,
+                                             max_decoding_length=n + max_len_extra,
                                              suppress_sequences=never, max_batch_size=64)
         for i, r in zip(idx, results):
-            out[i] = r.hypotheses[0]
+            # a hypothesis of the limit's length was stopped there without EOS (its score lacks
+            # EOS's log-probability): one that ended goes first
+            ended = [h for h in zip(r.scores, r.hypotheses) if len(h[1]) < n + max_len_extra]
+            out[i] = max(ended or zip(r.scores, r.hypotheses),
+                         key=lambda h: h[0] / length_penalty(len(h[1]) + 1, lenpen))[1]
     return out
-
-

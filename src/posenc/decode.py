@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from posenc.batching import pad
 from posenc.cache import DecoderCache
+from posenc.errors import UserError
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -41,6 +42,14 @@ def top_k(x: Tensor, k: int, width: int = 64) -> tuple[Tensor, Tensor]:
     candidates = chunks.gather(1, best[:, :, None].expand(-1, -1, width)).view(n, k * width)
     values, at = candidates.topk(k, dim=1)
     return values, best.gather(1, at // width) * width + at % width
+
+
+def check_beam(beam: int, vocab_size: int, key: str) -> None:
+    """The search ranks 2 x beam candidates of each hypothesis over the vocabulary: refuse a beam
+    that needs more, naming the setting (`key`) that gave it."""
+    if 2 * beam > vocab_size:
+        raise UserError(f"{key} {beam}: more than half the model's vocabulary of {vocab_size} (the "
+                        f"search ranks 2 x beam candidates); lower {key}")
 
 
 def going_on(done: list[bool]) -> list[int]:

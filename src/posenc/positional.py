@@ -279,6 +279,16 @@ def check(c: ModelConfig, where: str = "params.yaml") -> None:
     if c.positional == "rope" and d_head % 2:
         raise UserError(f"{where}: rope rotates pairs of each head's model.d_model / model.heads "
                         f"= {d_head} dimensions; choose them so that this is even")
+    if c.positional == "rope":
+        # The rates base^(-2i/d_head) are float32 (the model's arithmetic, Rotary): for a base
+        # beyond float32's range every pair but the first stops rotating, and for one too close to
+        # 1 the rates coincide. Bound it where they are distinct and above zero.
+        rates = Rotary(d_head, s.base).rates
+        if not (bool((rates > 0).all()) and bool((rates[1:] < rates[:-1]).all())):
+            raise UserError(f"{where}: positional.rope.base ({s.base:g}) gives rotation rates "
+                            f"base^(-2i/{d_head}) that are not distinct in float32 (the pairs stop "
+                            f"rotating, or rotate alike); choose a base between 1.001 and "
+                            f"{float(torch.finfo(torch.float32).max):.3g} (RoFormer uses 10000)")
     if c.positional == "alibi" and c.heads & (c.heads - 1):
         raise UserError(f"{where}: alibi's slopes are defined here for a power-of-two head count, "
                         f"not model.heads = {c.heads}; use 1, 2, 4, 8, 16, ...")

@@ -20,7 +20,7 @@ from posenc import config, corpora, files, numerics, runtime, tokens
 from posenc.checkpoints import load_model
 from posenc.config import EvalConfig
 from posenc.corpora import SRC, TGT, Corpus
-from posenc.decode import translate
+from posenc.decode import check_beam, translate
 from posenc.model import check_lengths, count_parameters
 from posenc.runs import hypothesis_path
 from posenc.perplexity import corpus_nll, perplexity
@@ -64,6 +64,7 @@ def run(args) -> None:
     mode = config.load_value(args.params, "numerics", config.Numerics)
     device = runtime.setup(cfg.threads, mode)
     model, last = load_model(Path(args.model), device), load_model(Path(args.last), device)
+    check_beam(cfg.beam, model.config.vocab_size, f"{args.params}: eval.beam")
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
     metrics, hypotheses = evaluate(model, last, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)

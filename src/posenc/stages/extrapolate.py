@@ -23,7 +23,7 @@ from posenc import config, corpora, files, runtime, tokens
 from posenc.checkpoints import load_model
 from posenc.config import EvalConfig, ExtrapolateConfig
 from posenc.corpora import SRC, TGT
-from posenc.decode import translate
+from posenc.decode import check_beam, translate
 from posenc.errors import UserError
 from posenc.scoring import read_references, score
 
@@ -86,6 +86,7 @@ def run(args) -> None:
                         f"; choose from {', '.join(corpus.tests)}")
     device = runtime.setup(eval_cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     model = load_model(Path(args.model), device)
+    check_beam(eval_cfg.beam, model.config.vocab_size, f"{args.params}: eval.beam")
     sp = tokens.load_tokenizer(Path(args.spm))
     eos, arrays = model.config.eos_id, Path(args.arrays)
     longest_source = longest(arrays, "train", SRC, eos)

@@ -18,7 +18,7 @@ import numpy as np
 
 from posenc import config, files, runtime, tokens
 from posenc.checkpoints import load_model
-from posenc.decode import translate
+from posenc.decode import check_beam, translate
 from posenc.errors import UserError
 from posenc.runs import trained_with
 
@@ -28,13 +28,19 @@ def run(args) -> None:
     given = {"beam": args.beam, "lenpen": args.lenpen, "batch_tokens": args.batch_tokens,
              "threads": args.threads}
     for key, value in given.items():  # the options replace the evaluate stage's params
-        if value is not None and value < (0 if key == "lenpen" else 1):
-            raise UserError(f"--{key.replace('_', '-')} {value}: must be >= {0 if key == 'lenpen' else 1}")
+        if value is not None and not (0 <= value <= 10 if key == "lenpen" else value >= 1):
+            raise UserError(f"--{key.replace('_', '-')} {value}: must be "
+                            f"{'in [0, 10]' if key == 'lenpen' else '>= 1'}")
     cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
     device = runtime.setup(cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     model_file = Path(args.model)
     model = load_model(model_file, device)
-    sp = tokens.load_tokenizer(Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock)))
+    spm = Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock))
+    sp = tokens.load_tokenizer(spm)
+    if sp.get_piece_size() != model.config.vocab_size:
+        raise UserError(f"{spm}: a vocabulary of {sp.get_piece_size()}, but {model_file} was trained with "
+                        f"{model.config.vocab_size}; pass the SentencePiece model of its run (--spm)")
+    check_beam(cfg.beam, model.config.vocab_size, "--beam" if args.beam else f"{args.params}: eval.beam")
     if args.input:
         if not Path(args.input).is_file():
             raise UserError(f"{args.input}: no such file; give a file of English lines, one sentence each")
