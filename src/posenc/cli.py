@@ -19,6 +19,10 @@ STAGES = {
     "prepare": ("posenc.stages.prepare", "train the joint SentencePiece model and encode every split", {
         "--raw": "directory written by fetch", "--spm": "SentencePiece model to write",
         "--arrays": "directory for the encoded splits", "--stats": "stats JSON to write"}),
+    "shorten": ("posenc.stages.shorten", "keep the training pairs of at most short_training.max_len subwords (§3.5)", {
+        "--arrays": "encoded splits (prepare's)", "--spm": "SentencePiece model",
+        "--out": "directory for the shortened training split and the other splits, copied",
+        "--stats": "stats JSON to write"}),
     "train": ("posenc.stages.train", "train one variant with one seed (also under torchrun)", {
         "--variant": "positional variant", "--seed": "random seed (int)",
         "--spm": "SentencePiece model", "--arrays": "encoded splits",

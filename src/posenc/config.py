@@ -52,7 +52,7 @@ Share = Annotated[float, Range(0, 1, low_open=True)]         # a share of a whol
 
 # Top-level keys of params.yaml. `variants`, `seeds` and `launcher` are read by dvc.yaml only.
 SECTIONS = ("numerics", "data", "tokenizer", "model", "positional", "train", "eval", "extrapolate",
-            "report", "analyze", "variants", "seeds", "launcher", "residual_study")
+            "report", "analyze", "variants", "seeds", "launcher", "residual_study", "short_training")
 
 # params.yaml's `numerics`: portable (the same bits on Intel and AMD) or native (posenc.numerics).
 Numerics = Literal["portable", "native"]
@@ -193,6 +193,13 @@ class EvalConfig:
     batch_tokens: Positive        # source tokens per decoding batch
     threads: Positive
     max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
+
+
+@dataclass(frozen=True)
+class ShortTrainingConfig:
+    """§3.5's second protocol (posenc.stages.shorten): train on short pairs, test on longer ones."""
+    max_len: Positive             # L: training pairs of at most L subwords a side, EOS included
+    variants: tuple[str, ...]     # the variants trained on them (dvc.yaml's train_short matrix)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def _stages(lock: Path) -> dict:
 
 
 # The stages that train: the positional table's, and the residual study's (dvc.yaml).
-TRAIN_STAGES = ("train", "train_residual", "train_residual_sum")
+TRAIN_STAGES = ("train", "train_short", "train_residual", "train_residual_sum")
 
 
 def _pinned_command(lock: Path, stages: tuple[str, ...], run: str, command: str):
@@ -47,7 +47,9 @@ def _pinned_command(lock: Path, stages: tuple[str, ...], run: str, command: str)
     posenc's own parser: (launcher words, the parsed arguments), or None when dvc.lock has none."""
     from posenc import cli
 
-    name = next((k for k in _stages(lock) if k.split("@")[0] in stages and k.split("@", 1)[1] == run), None)
+    # `run` is a stage item (train@ first, then the other stages), or names its stage: STAGE@ITEM
+    wanted = [run] if "@" in run and run.split("@")[0] in stages else [f"{stage}@{run}" for stage in stages]
+    name = next((k for k in wanted if k in _stages(lock)), None)
     if name is None:
         return None
     entry = _stages(lock)[name]
@@ -64,7 +66,8 @@ def _pins(args) -> tuple[list[str], object, dict]:
     lock = Path(args.lock)
     found = _pinned_command(lock, TRAIN_STAGES, args.run, "train")
     if found is None:
-        runs = sorted(k.split("@", 1)[1] for k in _stages(lock) if k.split("@")[0] in TRAIN_STAGES)
+        runs = sorted(k.split("@", 1)[1] if k.startswith("train@") else k
+                      for k in _stages(lock) if k.split("@")[0] in TRAIN_STAGES)
         raise UserError(f"{lock}: no stage train@{args.run}; pinned runs: {', '.join(runs) or 'none'}")
     launcher, train_args = found
     digests = lock.parent / train_args.digests
