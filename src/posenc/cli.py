@@ -48,6 +48,12 @@ STAGES = {
         "--model": "averaged model (the test sets' protocol)", "--spm": "SentencePiece model",
         "--arrays": "encoded splits (the longest training sentence)", "--raw": "the untouched test sets",
         "--out": "JSON of BLEU per test set and k to write"}),
+    "lengths": ("posenc.stages.lengths", "translate every natural sentence, score it by source-length bucket (§3.5 trained short)", {
+        "--seed": "the seed the model was trained with (int)",
+        "--model": "averaged model of a short run", "--spm": "SentencePiece model",
+        "--arrays": "encoded splits", "--raw": "the untouched references",
+        "--out": "JSON of BLEU, chrF, length ratio and early stops per bucket to write",
+        "--hyps": "directory for the hypothesis files"}),
     "report": ("posenc.stages.report", "the Table 3 table over seeds, the seed-aware test, extrapolation, provenance, figures", {
         "--runs": "directory of per-run results (metrics.json, hyps/)",
         "--models": "directory of trained models (their dev logs)", "--raw": "references",

@@ -1,0 +1,79 @@
+"""Stage `lengths`: §3.5's second protocol, scored. One model trained on short pairs (the shorten
+stage, dvc.yaml's train_short) translates every natural sentence of the evaluation splits (val
+and the test sets), and the translations are scored by source length: within the training bound
+L (`short_training.max_len`, subwords with EOS) and in the buckets beyond it
+(`short_training.buckets`, the last to the longest source). Per bucket, pooled over the splits:
+sentences, sacreBLEU's BLEU and chrF, BLEU's length ratio, and how many outputs stop at or before
+L target positions (EOS included): the early stop that a model trained on short targets may
+learn whatever its position scheme (Varis & Bojar 2021). The averaged model is used, as for the
+test sets (§6.1); the hypotheses are saved per split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posenc import config, corpora, files, runtime, tokens
+from posenc.checkpoints import load_model
+from posenc.config import EvalConfig, ShortTrainingConfig
+from posenc.corpora import SRC
+from posenc.decode import check_beam, translate
+from posenc.model import check_lengths
+from posenc.runs import hypothesis_path
+from posenc.scoring import read_references, score
+
+
+def bucket_bounds(max_len: int, beyond: tuple[int, ...]) -> list[tuple[int, int | None]]:
+    """[(1, L), (L + 1, b1), (b1 + 1, b2), ..., (b_last + 1, None)]: inclusive source lengths."""
+    uppers = (max_len, *beyond)
+    return [(1, max_len)] + [(a + 1, b) for a, b in zip(uppers, uppers[1:])] + [(uppers[-1] + 1, None)]
+
+
+def bucket_name(low: int, high: int | None) -> str:
+    return f"{low}-{high}" if high is not None else f"{low}+"
+
+
+def by_bucket(lengths: list[int], bounds: list[tuple[int, int | None]]) -> list[list[int]]:
+    """The indices of `lengths` in each bucket of `bounds`."""
+    return [[i for i, n in enumerate(lengths) if low <= n and (high is None or n <= high)]
+            for low, high in bounds]
+
+
+def run(args) -> None:
+    cfg = config.load(args.params, "eval", EvalConfig)
+    short = config.load(args.params, "short_training", ShortTrainingConfig)
+    data = config.load(args.params, "data", config.DataConfig)
+    corpus = corpora.get(data.corpus)
+    device = runtime.setup(cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
+    model = load_model(Path(args.model), device)
+    check_beam(cfg.beam, model.config.vocab_size, f"{args.params}: eval.beam")
+    sp = tokens.load_tokenizer(Path(args.spm))
+    eos, limit, arrays = model.config.eos_id, cfg.max_sentences or None, Path(args.arrays)
+    splits = [s.name for s in corpus.splits if s.name != "train"]
+    sources = {split: tokens.load(tokens.array_path(arrays, split, SRC), eos)[:limit] for split in splits}
+    check_lengths(model, {tokens.array_path(arrays, split, SRC): s for split, s in sources.items()})
+    lengths, outputs, hyps, refs = [], [], [], []
+    for split in splits:
+        out = translate(model, sources[split], cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
+                        device, desc=f"{model.config.positional} {split}")
+        text = [sp.decode(ids) for ids in out]
+        files.write_lines(hypothesis_path(Path(args.hyps), split), text)
+        lengths += [len(s) for s in sources[split]]
+        outputs += [len(ids) + 1 for ids in out]  # target positions, EOS included
+        hyps += text
+        refs += read_references(Path(args.raw), split, limit)
+    bounds = bucket_bounds(short.max_len, short.buckets)
+    rows, signatures = [], {}
+    for (low, high), idx in zip(bounds, by_bucket(lengths, bounds)):
+        row = {"sources": bucket_name(low, high), "sentences": len(idx),
+               "stopped_within_max_len": sum(outputs[i] <= short.max_len for i in idx)}
+        if idx:
+            result = score([hyps[i] for i in idx], [refs[i] for i in idx])
+            row |= {k: result[k] for k in ("bleu", "chrf", "length_ratio")}
+            signatures = {k: result[f"{k}_signature"] for k in ("bleu", "chrf")}
+        rows.append(row)
+    files.write_json(args.out, {"variant": model.config.positional, "seed": args.seed,
+                                "max_len": short.max_len, "splits": splits, "buckets": rows,
+                                "signatures": signatures})
+    print(f"lengths: {model.config.positional} seed {args.seed}: BLEU by source length "
+          + ", ".join(f"{r['sources']} {r.get('bleu', '-')}" for r in rows) + f" -> {args.out}")
