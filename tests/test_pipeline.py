@@ -58,8 +58,13 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     variants, seeds = profile["variants"], profile["seeds"]
     runs = [f"{v}-{s}" for v in variants for s in seeds]
     assert len(seeds) == 2 and "sinusoidal_narrow" in variants
-    assert {"fetch", "prepare", "report", "analyze"} | {f"{s}@{r}" for s in ("train", "evaluate", "extrapolate")
-                                                       for r in runs} == set(stages)
+    study, short = profile["residual_study"], profile["short_training"]
+    residual = ({f"train_residual@{k}-{n}-{s}" for k in study["kinds"] for n in study["depths"] for s in seeds}
+                | {f"train_residual_sum@sum-{n}-{s}" for n in study["sum_depths"] for s in seeds})
+    shorts = {f"{stage}@{v}-{s}" for stage in ("train_short", "evaluate_short") for v in short["variants"]
+              for s in seeds}
+    assert {"fetch", "prepare", "shorten", "report", "analyze"} | residual | shorts | {
+        f"{s}@{r}" for s in ("train", "evaluate", "extrapolate") for r in runs} == set(stages)
     table = (work / "results/table.md").read_text()
     assert all(f"| {v} |" in table for v in variants)
     assert "2 seeds per variant (mean ± standard deviation over seeds)" in table
