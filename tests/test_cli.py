@@ -37,3 +37,16 @@ def test_make_takes_torch_from_the_index_it_is_given():
     cpu = "https://download.pytorch.org/whl/cpu"
     assert f"-r requirements.lock --extra-index-url {cpu}" in " ".join(install_command(f"TORCH_INDEX={cpu}").split())
     assert "--extra-index-url" not in install_command()
+
+
+def test_a_file_size_limit_during_a_stage_is_one_line(tiny_data):
+    """`ulimit -f`: the write fails with EFBIG (Python ignores SIGXFSZ); one line, exit 2."""
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000)); "
+            "from posenc import cli; sys.exit(cli.main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "prepare", "--raw", "data/raw/multi30k", "--spm",
+                        "limit/spm.model", "--arrays", "limit/arrays", "--stats", "limit/stats.json"],
+                       cwd=tiny_data, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("posenc prepare: error: ") and "File too large" in line, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr

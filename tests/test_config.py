@@ -202,3 +202,31 @@ def test_a_key_in_a_section_without_settings_says_it_takes_none(tmp_path):
     with pytest.raises(UserError) as e:
         config.load_positional(tmp_path / "p.yaml", "alibi")
     assert str(e.value).endswith("positional.alibi.slope: unknown key; it takes no settings: write {}")
+
+
+@pytest.mark.parametrize("section, key", [("extrapolate", "joins"), ("analyze", "variance_shares"),
+                                          ("report", "length_buckets")])
+def test_an_empty_list_is_refused_where_the_params_are_read(tmp_path, section, key):
+    text = (ROOT / "params.yaml").read_text()
+    start = text.index(f"\n  {key}: [") + len(f"\n  {key}: ")
+    text = text[:start] + "[]" + text[text.index("]", start) + 1:]
+    (tmp_path / "p.yaml").write_text(text)
+    cls = {"extrapolate": config.ExtrapolateConfig, "analyze": config.AnalyzeConfig,
+           "report": config.ReportConfig}[section]
+    with pytest.raises(UserError, match=rf"{section}.{key}: the list is empty; give at least one value"):
+        config.load(tmp_path / "p.yaml", section, cls)
+
+
+def test_too_few_bootstrap_samples_for_an_interval_are_refused(tmp_path):
+    text = (ROOT / "params.yaml").read_text().replace("bootstrap_samples: 1000", "bootstrap_samples: 1")
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(UserError, match=r"report.bootstrap_samples: 1 is out of range; it must be >= 100"):
+        config.load(tmp_path / "p.yaml", "report", config.ReportConfig)
+
+
+def test_a_report_of_one_variant_says_it_needs_two():
+    from posenc.stages.report import comparisons
+
+    with pytest.raises(UserError, match=r"variants: the report compares variants with the baseline "
+                                        r"'sinusoidal'; list at least one more"):
+        comparisons(["sinusoidal"], "sinusoidal")

@@ -45,6 +45,19 @@ def test_a_missing_model_says_how_to_make_it(tiny_data):
             "the project's DVC remote, `dvc repro train@none-9` trains it") in line
 
 
+@pytest.mark.parametrize("path, advice", [
+    ("models/short-rope-2/model.pt", "`dvc repro train_short@rope-2` trains it"),
+    ("models/residual-none-6-1/model.pt", "`dvc repro train_residual@none-6-1` trains it"),
+    ("models/residual-sum-6-1/model.pt", "`dvc repro train_residual_sum@sum-6-1` trains it"),
+    ("p/model.pt", "give the model.pt of a trained run (posenc train writes one)"),
+    ("models/model.pt", "give the model.pt of a trained run (posenc train writes one)")])
+def test_a_missing_model_names_a_stage_only_where_one_writes_it(tiny_data, path, advice):
+    line = error_line(evaluate(tiny_data, path), "evaluate")
+    assert line == f"posenc evaluate: error: {path}: missing; " + (
+        advice if advice.startswith("give") else f"`dvc pull {path}` fetches it from the project's DVC "
+                                                 f"remote, {advice}")
+
+
 def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, trained):
     """Evaluation does not cut a source to fit (that would score a translation of part of it)."""
     saved = torch.load(trained, weights_only=True)
@@ -67,3 +80,18 @@ def test_the_train_stage_writes_the_last_checkpoint_beside_the_average(tiny_mode
     last = checkpoints.load_model(tiny_model.with_name("last.pt"))
     a, b = average.state_dict(), last.state_dict()
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_references_cut_short_are_refused_in_one_line(tiny_data, trained, tmp_path):
+    """A reference file of 50 lines for 100 translated sentences is not scored."""
+    raw = tmp_path / "raw"
+    shutil.copytree(tiny_data / "data/raw/multi30k", raw)
+    refs = raw / "test_2016_flickr.de"
+    refs.write_text("\n".join(refs.read_text().split("\n")[:50]) + "\n")
+    r = posenc("evaluate", "--seed", "1", "--model", "evalm/model.pt", "--last", "evalm/last.pt",
+               "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays", "--raw", str(raw),
+               "--metrics", "cut/metrics.json", "--scores", "cut/scores.json",
+               "--signatures", "cut/signatures.json", "--hyps", "cut/hyps", cwd=tiny_data)
+    assert error_line(r, "evaluate") == (f"posenc evaluate: error: {refs}: 50 references for 100 translated "
+                                         f"sentences; fetch the references again (`dvc repro -f fetch`)")
+    assert not (tiny_data / "cut/metrics.json").exists()

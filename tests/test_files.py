@@ -22,6 +22,26 @@ def test_a_write_removes_the_temporaries_a_killed_write_left(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.k3j2l1.tmp", "metrics.json"]
 
 
+def test_a_write_leaves_the_temporary_of_a_live_writer_alone(tmp_path):
+    """Two processes writing one path: each removes only what dead processes left, so neither
+    deletes the other's temporary mid-write (they used to: FileNotFoundError)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    left = tmp_path / f".metrics.json.{dead}.abc.tmp"
+    live = tmp_path / f".metrics.json.{os.getppid()}.def.tmp"  # pytest's parent: alive
+    left.write_text("half")
+    live.write_text("being written")
+    files.write_json(tmp_path / "metrics.json", {"bleu": 1.0})
+    assert not left.exists() and live.read_text() == "being written"
+    code = ("import sys; from posenc import files\n"
+            "for i in range(300): files.write_text(sys.argv[1], sys.argv[2] * 1000)")
+    writers = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "shared.txt"), c],
+                                stderr=subprocess.PIPE, text=True) for c in "ab"]
+    for w in writers:
+        assert w.wait() == 0, w.stderr.read()
+    assert (tmp_path / "shared.txt").read_text() in ("a" * 1000, "b" * 1000)
+
+
 PROBE = """
 import ctypes, sys, torch
 from posenc import allocator

@@ -190,3 +190,28 @@ def test_provenance_names_the_numerics_and_refuses_two_modes(tmp_path):
     assert prov["numerics"] == {"mode": "portable", "aten": "AVX2"}
     with pytest.raises(UserError, match="under 2 numerics settings .*re-run their evaluate stages under one"):
         provenance([run("portable"), run("native")], tmp_path / "dvc.lock")
+
+
+def test_runs_whose_hypotheses_differ_in_length_are_refused(tmp_path):
+    corpus = corpora.get("multi30k")
+    for t in corpus.tests:
+        (tmp_path / f"{t}.de").write_text("\n".join(REFS) + "\n")
+    runs = []
+    for v, n in (("sinusoidal", len(REFS)), ("concat", len(REFS) - 1)):
+        hyps = tmp_path / f"{v}-1"
+        hyps.mkdir()
+        for t in corpus.tests:
+            (hyps / f"{t}.de").write_text("\n".join(REFS[:n]) + "\n")
+        runs.append({"variant": v, "seed": 1, "hyps": hyps})
+    with pytest.raises(UserError) as e:
+        significance(runs, corpus, tmp_path, "sinusoidal", 20, 1)
+    assert str(e.value) == (f"{tmp_path / 'concat-1' / (corpus.tests[0] + '.de')}: {len(REFS) - 1} lines, but "
+                            f"{len(REFS)} references; re-run its evaluation (`dvc repro -f evaluate@concat-1`)")
+
+
+def test_a_variant_name_that_is_not_a_variant_is_refused_before_any_path_is_read(tmp_path):
+    from posenc import config
+
+    (tmp_path / "p.yaml").write_text("variants: [sinusoidal, ../../../x/evil]\n")
+    with pytest.raises(UserError, match=r"variants\[1\]: '../../../x/evil' is not one of 'sinusoidal', "):
+        config.load_list(tmp_path / "p.yaml", "variants", config.Variant)

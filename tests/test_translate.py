@@ -96,3 +96,20 @@ def test_a_search_the_model_cannot_run_stops_with_one_line(tiny_data, tiny_model
     assert error_line(r, "translate") == (f"posenc translate: error: {tmp_path / 'other.model'}: a vocabulary of "
                                           f"300, but evalm/model.pt was trained with 400; pass the SentencePiece "
                                           f"model of its run (--spm)")
+
+
+def test_input_that_is_not_utf8_is_one_line_from_a_file_and_from_stdin(tiny_data, tiny_model):
+    common = ("--model", "evalm/model.pt", "--spm", "data/prepared/spm.model")
+    (tiny_data / "latin1.en").write_bytes("A man.\nA caf\xe9.\n".encode("latin-1"))
+    r = translate(tiny_data, *common, "-i", "latin1.en")
+    assert error_line(r, "translate") == ("posenc translate: error: latin1.en: line 2 is not UTF-8; convert "
+                                          "the input (e.g. iconv -f latin1 -t utf-8)")
+    r = subprocess.run([sys.executable, "-m", "posenc", "translate", *common], cwd=tiny_data,
+                       input="A man.\nA caf\xe9.\n".encode("latin-1"), capture_output=True,
+                       env={"POSENC_DATA_MIRROR": str(MIRROR), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    assert r.stderr.decode().strip().splitlines()[-1] == (
+        "posenc translate: error: stdin: line 2 is not UTF-8; convert the input (e.g. iconv -f latin1 -t utf-8)")
+    r = translate(tiny_data, *common, "-o", "data", stdin="A man.\n")
+    assert error_line(r, "translate") == ("posenc translate: error: -o data: not a file that can be written "
+                                          "here; give a path in a writable directory")

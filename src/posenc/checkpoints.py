@@ -21,6 +21,7 @@ from posenc import files, sources
 from posenc.config import ModelConfig
 from posenc.errors import UserError
 from posenc.model import build_model
+from posenc.runs import train_stage_of
 
 STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows", "digests",
               "highway_rows"}
@@ -148,9 +149,11 @@ def save_model(path: Path, config: ModelConfig, weights: dict) -> None:
 def load_model(path: Path, device: torch.device | str = "cpu"):
     """Rebuild a model from the config saved beside its weights, in eval mode."""
     path = Path(path)
+    stage = train_stage_of(path)
     if not path.is_file():
-        raise UserError(f"{path}: missing; `dvc pull {path}` fetches it from the project's DVC "
-                        f"remote, `dvc repro train@{path.parent.name}` trains it")
+        raise UserError(f"{path}: missing; " + (f"`dvc pull {path}` fetches it from the project's DVC "
+                        f"remote, `dvc repro {stage}` trains it" if stage else
+                        "give the model.pt of a trained run (posenc train writes one)"))
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
         model = build_model(ModelConfig.from_dict(saved["config"]))
@@ -158,7 +161,6 @@ def load_model(path: Path, device: torch.device | str = "cpu"):
     except UserError:
         raise
     except Exception as e:  # truncated, or not a model of this code: the same fix either way
-        # The model's directory is named by runs.run_name, as the train stage that writes it.
-        raise UserError(f"{path}: not a readable posenc model ({type(e).__name__}); train it again "
-                        f"with `dvc repro -f train@{path.parent.name}`") from None
+        raise UserError(f"{path}: not a readable posenc model ({type(e).__name__}); train it again"
+                        + (f" with `dvc repro -f {stage}`" if stage else " (posenc train)")) from None
     return model.to(device).eval()

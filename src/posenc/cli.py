@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"posenc {args.stage}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the disk full, a file-size limit, a directory that cannot be written
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"posenc {args.stage}: error: {where}{e.strerror or e}; free the space or lift the limit, "
+              f"then run it again (what was written before stays whole: every file is written "
+              f"atomically)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -125,6 +125,9 @@ class RelativeSettings:
 POSITIONAL = {"sinusoidal": SinusoidalSettings, "learned": LearnedSettings, "concat": ConcatSettings,
               "sinusoidal_narrow": SinusoidalNarrowSettings, "none": NoneSettings, "rope": RopeSettings, "alibi": AlibiSettings,
               "relative": RelativeSettings}
+# A variant's name, wherever one forms a path (models/<variant>-<seed>, results/runs/...): one of
+# POSITIONAL, never free text.
+Variant = Literal[tuple(POSITIONAL)]
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ class EvalConfig:
 class ShortTrainingConfig:
     """§3.5's second protocol (posenc.stages.shorten): train on short pairs, test on longer ones."""
     max_len: Positive             # L: training pairs of at most L subwords a side, EOS included
-    variants: tuple[str, ...]     # the variants trained on them (dvc.yaml's train_short matrix)
+    variants: tuple["Variant", ...]  # the variants trained on them (dvc.yaml's train_short matrix)
     buckets: tuple[Positive, ...]  # upper bounds of the source-length buckets beyond L (the last: to the longest)
 
     def __post_init__(self):
@@ -220,7 +223,7 @@ class ExtrapolateConfig:
 @dataclass(frozen=True)
 class ReportConfig:
     baseline: str                 # the variant the others are tested against
-    bootstrap_samples: Positive
+    bootstrap_samples: Annotated[int, Range(100)]  # fewer leave no 95% interval to speak of
     bootstrap_seed: NonNegative
     length_buckets: tuple[Positive, ...]  # upper bounds (source words) of the length buckets
 
@@ -339,6 +342,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise UserError(f"{where}: {value!r} is not a list; write [a, b, ...]")
         if len(args) == 2 and args[1] is Ellipsis:
+            if not value:  # every list a stage reads needs a value (joins, variance_shares, ...)
+                raise UserError(f"{where}: the list is empty; give at least one value")
             return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
             raise UserError(f"{where}: expected a list of {len(args)} values, got {len(value)}")

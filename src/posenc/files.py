@@ -16,9 +16,13 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temporary file beside `path`, fsync, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # A temporary is named .<name>.<pid>.<random>.tmp: one left by a process that died (a kill cut
+    # its write short) is removed; one of a live process is another writer's, at work right now.
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        stale.unlink(missing_ok=True)  # left by a write that a kill cut short
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        pid = stale.name[len(path.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -29,6 +33,16 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _umask() -> int:

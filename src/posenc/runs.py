@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from posenc.config import POSITIONAL
 from posenc.corpora import TGT
 from posenc.errors import UserError
 
@@ -62,3 +63,21 @@ def trained_with(model: Path, lock: Path) -> Path:
                     return root / dep["path"]
     raise UserError(f"{lock}: no stage writes {model}, so its SentencePiece model is unknown; "
                     f"pass --spm (e.g. --spm data/prepared/spm.model)")
+
+
+def train_stage_of(model: Path) -> str | None:
+    """The dvc.yaml stage that writes `model` (models/<run>/<file>), or None when the path is not
+    a pipeline output: `train@<variant>-<seed>`, `train_short@<variant>-<seed>` for
+    models/short-*, `train_residual@<kind>-<layers>-<seed>` for models/residual-* (and
+    `train_residual_sum@` for the summed ones)."""
+    model = Path(model)
+    if model.parent.parent.name != "models":
+        return None
+    name = model.parent.name
+    kind, _, item = name.partition("-")
+    if kind == "short":
+        return f"train_short@{item}"
+    if kind == "residual":
+        return f"train_residual{'_sum' if item.startswith('sum-') else ''}@{item}"
+    variant, _, seed = name.rpartition("-")
+    return f"train@{name}" if variant in POSITIONAL and seed.isdigit() else None

@@ -15,12 +15,19 @@ from posenc.corpora import TGT
 from posenc.errors import UserError
 
 
-def read_references(raw_dir: Path, split: str, count: int | None = None) -> list[str]:
-    """The untouched references; the first `count` of them when only those were translated."""
+def read_references(raw_dir: Path, split: str, count: int | None = None,
+                    sources: int | None = None) -> list[str]:
+    """The untouched references; the first `count` of them when only those were translated.
+    With `sources` (how many sentences were translated), a file with another number of lines is
+    refused: a cut or padded reference file would be scored without a word otherwise."""
     path = Path(raw_dir) / f"{split}.{TGT}"
     if not path.is_file():
         raise UserError(f"{path}: missing; run `dvc repro fetch` first")
-    return files.read_lines(path)[:count]
+    lines = files.read_lines(path)[:count]
+    if sources is not None and len(lines) != sources:
+        raise UserError(f"{path}: {len(lines)} references for {sources} translated sentences; "
+                        f"fetch the references again (`dvc repro -f fetch`)")
+    return lines
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:

@@ -360,7 +360,7 @@ def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "analyze", config.AnalyzeConfig)
     eval_cfg = config.load(args.params, "eval", config.EvalConfig)
-    variants = config.load_list(args.params, "variants", str)
+    variants = config.load_list(args.params, "variants", config.Variant)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     device = runtime.setup(eval_cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     sp = tokens.load_tokenizer(Path(args.spm))

@@ -50,7 +50,7 @@ def evaluate(model, last, sp: spm.SentencePieceProcessor, corpus: Corpus, arrays
         out = translate(which, src, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
         hypotheses[split] = [sp.decode(ids) for ids in out]
-        references = read_references(raw_dir, split, limit)
+        references = read_references(raw_dir, split, limit, sources=len(src))
         result = score(hypotheses[split], references)
         metrics["bleu"][split], metrics["chrf"][split] = result["bleu"], result["chrf"]
         metrics["bleu_tok"][split] = compound_split_bleu(hypotheses[split], references)

@@ -61,7 +61,7 @@ def run(args) -> None:
         lengths += [len(s) for s in sources[split]]
         outputs += [len(ids) + 1 for ids in out]  # target positions, EOS included
         hyps += text
-        refs += read_references(Path(args.raw), split, limit)
+        refs += read_references(Path(args.raw), split, limit, sources=len(sources[split]))
     bounds = bucket_bounds(short.max_len, short.buckets)
     rows, signatures = [], {}
     for (low, high), idx in zip(bounds, by_bucket(lengths, bounds)):

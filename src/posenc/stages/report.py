@@ -118,6 +118,9 @@ def comparisons(variants: list[str], baseline: str) -> list[tuple[str, str]]:
     if baseline not in variants:
         raise UserError(f"params.yaml: report.baseline '{baseline}' is not among the variants "
                         f"({', '.join(variants)})")
+    if len(variants) < 2:
+        raise UserError(f"params.yaml: variants: the report compares variants with the baseline "
+                        f"'{baseline}'; list at least one more")
     return ([(v, baseline) for v in variants if v != baseline]
             + [(v, c) for v, c in CONTROLS if v in variants and c in variants and baseline not in (v, c)])
 
@@ -136,6 +139,12 @@ def significance(runs: list[dict], corpus: corpora.Corpus, raw: Path, baseline: 
         hyps = {v: [files.read_lines(hypothesis_path(r["hyps"], split)) for r in mine]
                 for v, mine in by_variant.items()}
         references = read_references(raw, split, len(hyps[baseline][0]))
+        for v, mine in by_variant.items():  # every run translated the same sentences
+            for r, h in zip(mine, hyps[v]):
+                if len(h) != len(references):
+                    raise UserError(f"{hypothesis_path(r['hyps'], split)}: {len(h)} lines, but "
+                                    f"{len(references)} references; re-run its evaluation "
+                                    f"(`dvc repro -f evaluate@{v}-{r['seed']}`)")
         stats = {v: [sentence_statistics(h, references) for h in hs] for v, hs in hyps.items()}
         first = {}
         for reference in dict.fromkeys(ref for _, ref in pairs):
@@ -588,7 +597,7 @@ def read_dev_log(path: Path) -> list[tuple[int, float]]:
 def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
     cfg = config.load(args.params, "report", config.ReportConfig)
-    variants = config.load_list(args.params, "variants", str)
+    variants = config.load_list(args.params, "variants", config.Variant)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
     runs = load_runs(Path(args.runs), variants, seeds, corpus)

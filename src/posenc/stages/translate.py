@@ -11,6 +11,7 @@ Not a DVC stage: it writes nothing the pipeline reads.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,14 @@ from posenc.checkpoints import load_model
 from posenc.decode import check_beam, translate
 from posenc.errors import UserError
 from posenc.runs import trained_with
+
+
+def _existing(path: Path) -> Path:
+    """`path` or its nearest ancestor that exists (the one the output's directories go into)."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return path
 
 
 def run(args) -> None:
@@ -44,9 +53,18 @@ def run(args) -> None:
     if args.input:
         if not Path(args.input).is_file():
             raise UserError(f"{args.input}: no such file; give a file of English lines, one sentence each")
-        lines = files.read_lines(args.input)
+        raw = Path(args.input).read_bytes()
     else:
-        lines = files.split_lines(sys.stdin.read())
+        raw = sys.stdin.buffer.read()
+    try:  # a file and stdin alike: UTF-8, or one line naming the first line that is not
+        lines = files.split_lines(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserError(f"{args.input or 'stdin'}: line {line} is not UTF-8; "
+                        f"convert the input (e.g. iconv -f latin1 -t utf-8)") from None
+    if args.output and (Path(args.output).is_dir() or not os.access(_existing(Path(args.output).parent), os.W_OK)):
+        raise UserError(f"-o {args.output}: not a file that can be written here; give a path in a "
+                        f"writable directory")
     # Empty lines are not decoded (the model would invent a sentence) but keep their place.
     todo = [i for i, line in enumerate(lines) if line.strip()]
     eos = model.config.eos_id
