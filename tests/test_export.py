@@ -1,7 +1,8 @@
-"""`posenc export`: a trained model as a CTranslate2 model. For every variant CTranslate2 can
-express, its log-probabilities of the reference translations equal posenc's (the weights and the
-architecture map exactly), and its beam search gives posenc's hypotheses wherever posenc's ends
-before the length limit; `alibi` is refused in one line."""
+"""`posenc export`: a model as a CTranslate2 model. For every variant CTranslate2 can express, its
+log-probabilities of the reference translations equal posenc's (the weights and the architecture
+map exactly: on models with every weight drawn at random); for trained models of three variants,
+its beam search gives posenc's hypotheses wherever posenc's ends before the length limit;
+`alibi` is refused in one line."""
 
 from __future__ import annotations
 
@@ -15,27 +16,45 @@ from posenc.checkpoints import load_model, save_model
 from posenc.decode import translate
 from posenc.scoring import score
 from posenc.ct2 import NOT_EXPRESSIBLE, search
+from posenc.model import build_model
 from posenc.positional import VARIANTS
 
 from conftest import model_of, posenc
 
 
 EXPORTABLE = [v for v in VARIANTS if v not in NOT_EXPRESSIBLE]
+SEARCHED = ["sinusoidal", "rope", "relative"]  # trained: conftest's `longer`, shared with test_portable
 SENTENCES = 100  # val sentences decoded by both searches
 
 
+def export(work, model_file):
+    """`posenc export` of `model_file` into ct2/ beside it; that directory."""
+    r = posenc("export", "--model", str(model_file.relative_to(work)), "--spm", "data/prepared/spm.model",
+               "--out", str(model_file.parent.relative_to(work) / "ct2"), cwd=work)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith(f"export: {model_file.relative_to(work)} (")
+    return model_file.parent / "ct2"
+
+
 @pytest.fixture(scope="module")
-def exported(tiny_data, longer):
-    """Each exportable variant trained 120 updates on the tiny profile (conftest's `longer`) and
-    exported: {variant: (model.pt, CTranslate2 directory)}."""
+def drawn(tiny_data):
+    """Each exportable variant at the tiny profile's size with every weight drawn at random
+    (LayerNorm's gains and biases and the zero-initialised ones too, so that a weight mapped to
+    the wrong place shows), exported: {variant: (model.pt, CTranslate2 directory)}."""
+    from posenc.stages.train import inputs
+
     out = {}
     for variant in EXPORTABLE:
-        run = longer(variant)
-        r = posenc("export", "--model", f"{run.name}/model.pt", "--spm", "data/prepared/spm.model",
-                   "--out", f"{run.name}/ct2", cwd=tiny_data)
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert r.stdout.startswith(f"export: {run.name}/model.pt ({variant}) -> {run.name}/ct2 (CTranslate2 ")
-        out[variant] = run / "model.pt", run / "ct2"
+        c, _, _ = inputs(tiny_data / "params.yaml", variant, tiny_data / "data/prepared/spm.model",
+                         tiny_data / "data/prepared/arrays")
+        torch.manual_seed(1)
+        model = build_model(c)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        model_file = tiny_data / f"drawn-{variant}" / "model.pt"
+        save_model(model_file, c, model.state_dict())
+        out[variant] = model_file, export(tiny_data, model_file)
     return out
 
 
@@ -46,8 +65,8 @@ def pairs(work, n):
 
 
 @pytest.mark.parametrize("variant", EXPORTABLE)
-def test_ctranslate2_scores_the_references_as_posenc_does(tiny_data, exported, variant):
-    model_file, directory = exported[variant]
+def test_ctranslate2_scores_the_references_as_posenc_does(tiny_data, drawn, variant):
+    model_file, directory = drawn[variant]
     model = load_model(model_file, torch.device("cpu"))
     c = model.config
     sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
@@ -61,12 +80,13 @@ def test_ctranslate2_scores_the_references_as_posenc_does(tiny_data, exported, v
         torch.testing.assert_close(torch.tensor(theirs.log_probs), ours, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("variant", EXPORTABLE)
-def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, exported, variant):
+@pytest.mark.parametrize("variant", SEARCHED)
+def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, longer, variant):
     """The same beam, length penalty and length limit. Where posenc's hypothesis reaches the
     limit the two may differ: posenc (as fairseq) makes every hypothesis end with EOS there and
     ranks them with its probability; CTranslate2 stops them without one."""
-    model_file, directory = exported[variant]
+    model_file = longer(variant) / "model.pt"
+    directory = export(tiny_data, model_file)
     model = load_model(model_file, torch.device("cpu"))
     cfg = config.load(tiny_data / "params.yaml", "eval", config.EvalConfig)
     sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
@@ -80,8 +100,8 @@ def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, exported, v
     at_limit = [len(h) == len(s) - 1 + cfg.max_len_extra for h, s in zip(ours, sources)]
     within = [i for i in range(SENTENCES) if not at_limit[i]]
     same = sum(ours[i] == theirs[i] for i in within)
-    # tiny models repeat words, so many reach the limit (concat: all but a few); the default
-    # profile's models rarely do (README, Performance: CTranslate2)
+    # tiny models repeat words, so many reach the limit; the default profile's models rarely do
+    # (README, Deploying with CTranslate2)
     assert within and same >= 0.99 * len(within), (same, len(within))
     ours_bleu = score([sp.decode(h) for h in ours], german)["bleu"]
     assert abs(score([sp.decode(h) for h in theirs], german)["bleu"] - ours_bleu) <= 0.1
