@@ -44,17 +44,17 @@ def drawn(tiny_data):
     from posenc.stages.train import inputs
 
     out = {}
-    for variant in EXPORTABLE:
+    for variant, norm in [(v, "post") for v in EXPORTABLE] + [("sinusoidal", "pre")]:
         c, _, _ = inputs(tiny_data / "params.yaml", variant, tiny_data / "data/prepared/spm.model",
-                         tiny_data / "data/prepared/arrays")
+                         tiny_data / "data/prepared/arrays", {"norm": norm})
         torch.manual_seed(1)
         model = build_model(c)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.1)
-        model_file = tiny_data / f"drawn-{variant}" / "model.pt"
+        model_file = tiny_data / f"drawn-{variant}-{norm}" / "model.pt"
         save_model(model_file, c, model.state_dict())
-        out[variant] = model_file, export(tiny_data, model_file)
+        out[variant, norm] = model_file, export(tiny_data, model_file)
     return out
 
 
@@ -64,9 +64,9 @@ def pairs(work, n):
             (raw / "val.de").read_text(encoding="utf-8").splitlines()[:n])
 
 
-@pytest.mark.parametrize("variant", EXPORTABLE)
-def test_ctranslate2_scores_the_references_as_posenc_does(tiny_data, drawn, variant):
-    model_file, directory = drawn[variant]
+@pytest.mark.parametrize("variant, norm", [(v, "post") for v in EXPORTABLE] + [("sinusoidal", "pre")])
+def test_ctranslate2_scores_the_references_as_posenc_does(tiny_data, drawn, variant, norm):
+    model_file, directory = drawn[variant, norm]
     model = load_model(model_file, torch.device("cpu"))
     c = model.config
     sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
@@ -115,3 +115,14 @@ def test_a_variant_ctranslate2_cannot_express_is_refused_in_one_line(tiny_data):
     assert r.returncode == 2
     assert r.stderr.strip() == f"posenc export: error: positional variant alibi: {NOT_EXPRESSIBLE['alibi']}"
     assert not (tiny_data / "alibi-ct2").exists()
+
+
+def test_a_residual_other_than_the_sum_is_refused_in_one_line(tiny_data):
+    model = model_of("sinusoidal", residual="concat")
+    save_model(tiny_data / "concat-residual.pt", model.config, model.state_dict())
+    r = posenc("export", "--model", "concat-residual.pt", "--spm", "data/prepared/spm.model", "--out",
+               "concat-ct2", cwd=tiny_data)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("posenc export: error: model.residual concat: CTranslate2's layers add their "
+                                "input to their output (x + f(x)), so only the summed residual can be expressed")
+    assert not (tiny_data / "concat-ct2").exists()

@@ -62,6 +62,9 @@ def spec(model: Transformer, sp, positions: int):
     c = model.config
     if c.positional in NOT_EXPRESSIBLE:
         raise UserError(f"positional variant {c.positional}: {NOT_EXPRESSIBLE[c.positional]}")
+    if c.residual != "sum":  # the residual study's other kinds (posenc.model.Residual)
+        raise UserError(f"model.residual {c.residual}: CTranslate2's layers add their input to their "
+                        f"output (x + f(x)), so only the summed residual can be expressed")
     pre = c.norm == "pre"
     attention = {"relative_position": c.positional == "relative"}
     if c.positional == "rope":  # the whole head, pairs (2i, 2i + 1): posenc.positional.Rotary
