@@ -49,7 +49,7 @@ def run(args) -> None:
     check_beam(cfg.beam, model.config.vocab_size, f"{args.params}: eval.beam")
     sp = tokens.load_tokenizer(Path(args.spm))
     eos, limit, arrays = model.config.eos_id, cfg.max_sentences or None, Path(args.arrays)
-    splits = [s.name for s in corpus.splits if s.name != "train"]
+    splits = list(corpus.scored)
     sources = {split: tokens.load(tokens.array_path(arrays, split, SRC), eos)[:limit] for split in splits}
     check_lengths(model, {tokens.array_path(arrays, split, SRC): s for split, s in sources.items()})
     lengths, outputs, hyps, refs = [], [], [], []

@@ -47,14 +47,12 @@ def run(args) -> None:
         for lang in (SRC, TGT):
             tokens.save(tokens.array_path(staging / "arrays", "train", lang),
                         [sides[lang][i][:-1].tolist() for i in kept], eos, sp.vocab_size())
-        for split in corpus.splits:
-            if split.name == "train":
-                continue
+        for split in corpus.scored:
             for lang in (SRC, TGT):
-                shutil.copyfile(tokens.array_path(arrays, split.name, lang),
-                                tokens.array_path(staging / "arrays", split.name, lang))
-            sources = tokens.load(tokens.array_path(arrays, split.name, SRC), eos)
-            stats["sources_beyond_max_len"][split.name] = {
+                shutil.copyfile(tokens.array_path(arrays, split, lang),
+                                tokens.array_path(staging / "arrays", split, lang))
+            sources = tokens.load(tokens.array_path(arrays, split, SRC), eos)
+            stats["sources_beyond_max_len"][split] = {
                 "sentences": len(sources), "beyond": sum(len(s) > limit for s in sources)}
         files.write_json(staging / "stats", stats)
         if out.exists():
