@@ -58,6 +58,17 @@ def test_bad_variant_settings_name_the_key(tmp_path, old, new, message):
         config.load_positional(path, variant)
 
 
+@pytest.mark.parametrize("variant", ["concat", "sinusoidal_narrow"])
+def test_a_control_narrower_or_wider_than_concat_is_refused_for_either_variant(tmp_path, variant):
+    text = (ROOT / "params.yaml").read_text()
+    old = "  sinusoidal_narrow:    # the control for concat: its narrow token table, the sinusoid summed\n    dim: 32"
+    assert old in text
+    path = _params(tmp_path, text.replace(old, old.replace("dim: 32", "dim: 8"), 1))
+    with pytest.raises(UserError, match=re.escape(
+            f"{path}: positional.sinusoidal_narrow.dim (8) must equal positional.concat.dim (32)")):
+        config.load_positional(path, variant)
+
+
 def test_paper_profile_keeps_the_base_settings():
     path = ROOT / "profiles" / "paper.yaml"
     m = config.load(path, "model", ModelConfig, **IDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -15,7 +16,9 @@ from posenc.errors import UserError
 from posenc.cache import AttentionCache, DecoderCache
 from posenc.loss import projection_loss
 from posenc.model import build_model, count_parameters
-from posenc.config import AlibiSettings, ConcatSettings, RopeSettings, SinusoidalNarrowSettings
+from posenc.model import check as model_check
+from posenc.config import (AlibiSettings, ConcatSettings, LearnedSettings, RelativeSettings, RopeSettings,
+                           SinusoidalNarrowSettings)
 from posenc.positional import VARIANTS, Rotary, alibi_slopes, sinusoid_table
 from posenc.training import lr_at
 
@@ -123,6 +126,29 @@ def test_bad_model_configurations_fail_clearly(changes, message):
     with pytest.raises(UserError) as e:
         build_model(dataclasses.replace(SMALL, **changes))
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(d_ff=10**9), "model.d_ff (1,000,000,000)"),
+    (dict(positional="learned", position=LearnedSettings(10**9)), "positional.learned.max_positions (1,000,000,000)"),
+    (dict(positional="relative", position=RelativeSettings(10**8)), "positional.relative.clip (100,000,000)"),
+    (dict(vocab_size=10**10), "tokenizer.vocab_size (10,000,000,000)"),
+])
+def test_a_size_too_large_for_this_machine_is_refused_before_anything_is_allocated(changes, key):
+    """The estimate comes from a build on the meta device (nothing allocated), so a size that would
+    take terabytes fails at once, naming the key, instead of being killed at 20 GB."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with pytest.raises(UserError) as e:
+        model_check(dataclasses.replace(SMALL, **changes), "other.yaml")
+    message = str(e.value)
+    assert message.startswith(f"other.yaml: {key} makes a model whose training state"), message
+    assert f"this machine's {memory / 2**30:,.1f} GiB of memory; lower it" in message
+    needed = float(message.split("needs about ")[1].split(" GiB")[0].replace(",", ""))
+    assert needed * 2**30 > memory
+
+
+def test_a_model_that_fits_passes_the_memory_check():
+    model_check(dataclasses.replace(SMALL, d_ff=4096), "params.yaml")  # no error
 
 
 def test_rope_logits_depend_on_the_distance_only():

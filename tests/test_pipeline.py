@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import shutil
 import subprocess
@@ -28,11 +29,24 @@ from conftest import MIRROR, ROOT, TINY
 BIN = Path(sys.executable).parent
 
 
+# A command that runs longer than this has hung (a whole tiny-profile `dvc repro` takes about 3
+# minutes on the 2-core machines): it is killed with its process group (torchrun's workers too)
+# and the test fails with what it printed, instead of CI running out of time.
+TIMEOUT_S = 1200
+
+
 def sh(*args: str, cwd: Path) -> str:
     env = {**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
-    assert r.returncode == 0, f"{' '.join(args)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r.stdout
+    with subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"{' '.join(args)} still ran after {TIMEOUT_S} s, killed:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return stdout
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ def test_vocabulary_too_large_for_the_text_fails_clearly(tiny_data):
     (tiny_data / "big.yaml").write_text(params)
     r = posenc("prepare", "--params", "big.yaml", "--raw", "data/raw/multi30k", "--spm", "big/spm.model",
                "--arrays", "big/arrays", "--stats", "big/stats.json", cwd=tiny_data)
-    assert r.returncode == 2 and "tokenizer.vocab_size 90000" in r.stderr, r.stderr
+    assert r.returncode == 2 and "big.yaml: tokenizer.vocab_size 90000" in r.stderr, r.stderr  # the file named
     assert not (tiny_data / "big").exists()
 
 

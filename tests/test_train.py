@@ -304,3 +304,22 @@ def test_a_residual_study_run_logs_the_highway_at_every_dev_evaluation(tiny_data
     r = subprocess.run([sys.executable, *train_cmd(tiny_data, "bad", variant="sinusoidal"), "--layers", "0"],
                        cwd=tiny_data, capture_output=True, text=True, env=env())
     assert error_line(r, "train") == "posenc train: error: --layers 0: a layer count >= 1"
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("heads: 2", "heads: 3", "other.yaml: model.heads (3) must divide model.d_model (32)"),
+    ("    dim: 8 ", "    dim: 32 ", "other.yaml: positional.concat.dim (32) must be below model.d_model (32)"),
+    ("d_ff: 64", "d_ff: 1000000000", "other.yaml: model.d_ff (1,000,000,000) makes a model whose training state"),
+    ("accum: 1", "accum: 100000", "other.yaml: train.accum (100000) x processes (1) exceeds the"),
+])
+def test_checks_across_keys_name_the_params_file_given(tiny_data, old, new, message):
+    """--params other.yaml: the one-line error names other.yaml, not params.yaml."""
+    text = (tiny_data / "params.yaml").read_text()
+    assert old in text
+    if old == "    dim: 8 ":  # concat and its control share one width
+        text = text.replace("    dim: 8 ", "    dim: 32 ")
+    (tiny_data / "other.yaml").write_text(text.replace(old, new, 1))
+    r = subprocess.run([sys.executable, *train_cmd(tiny_data, "other", params="other.yaml")], cwd=tiny_data,
+                       capture_output=True, text=True, env=env())
+    assert error_line(r, "train").startswith(f"posenc train: error: {message}"), r.stderr[-2000:]
+    assert not (tiny_data / "other").exists()

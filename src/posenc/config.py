@@ -260,7 +260,16 @@ def load_positional(path: str | Path, variant: str):
     raw = read_params(path).get("positional")
     if not isinstance(raw, dict) or variant not in raw:
         raise UserError(f"{path}: positional.{variant} is missing; copy it from params.yaml")
-    return build(POSITIONAL[variant], raw[variant] or {}, f"{path}: positional.{variant}")
+    settings = build(POSITIONAL[variant], raw[variant] or {}, f"{path}: positional.{variant}")
+    # sinusoidal_narrow is concat's control (README, "The variants"): the report compares the two
+    # as a pair, which holds only if the control's token table is exactly as narrow as concat's.
+    pair = {"concat": "sinusoidal_narrow", "sinusoidal_narrow": "concat"}.get(variant)
+    other = raw.get(pair) if pair else None
+    if isinstance(other, dict) and "dim" in other and other["dim"] != settings.dim:
+        raise UserError(f"{path}: positional.sinusoidal_narrow.dim ({raw['sinusoidal_narrow'].get('dim')}) "
+                        f"must equal positional.concat.dim ({raw['concat'].get('dim')}): the control "
+                        f"takes concat's width from the token table; set both to one value")
+    return settings
 
 
 def load_list(path: str | Path, key: str, item_type: Any) -> tuple:

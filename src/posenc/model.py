@@ -9,6 +9,7 @@ shared by the encoder, the decoder and the pre-softmax projection, scaled by sqr
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -135,8 +136,10 @@ class Residual(nn.Module):
         self.norm, self.drop, self.pre, self.kind = nn.LayerNorm(d_model), nn.Dropout(dropout), norm == "pre", kind
         if kind == "concat":
             # skip_init: no random numbers drawn here, so that every other weight is drawn as in
-            # the summed model (the identity start is then exactly that model)
-            self.merge = torch.nn.utils.skip_init(nn.Linear, 2 * d_model, d_model, bias=False)
+            # the summed model (the identity start is then exactly that model); on the default
+            # device, so that the meta-device build of the memory check (`check`) allocates nothing
+            self.merge = torch.nn.utils.skip_init(nn.Linear, 2 * d_model, d_model, bias=False,
+                                                  device=torch.get_default_device())
             with torch.no_grad():
                 if init == "identity":
                     eye = torch.eye(d_model)
@@ -313,13 +316,54 @@ def _positions(ids: Tensor, offset: int) -> Tensor:
 
 def build_model(c: ModelConfig) -> Transformer:
     """Check the configuration, then wire the chosen positional variant into the Transformer."""
+    check(c)
+    return Transformer(c, VARIANTS[c.positional](c))
+
+
+def check(c: ModelConfig, where: str = "params.yaml") -> None:
+    """The one-line errors for a configuration that cannot be built here, naming the key in the
+    params file `where`: checks across keys, and a model too large for this machine's memory."""
     if c.positional not in VARIANTS:
         raise UserError(f"positional variant '{c.positional}' is unknown; "
-                        f"valid variants: {', '.join(VARIANTS)} (params.yaml: variants)")
+                        f"valid variants: {', '.join(VARIANTS)} ({where}: variants)")
     if c.d_model % c.heads:
-        raise UserError(f"params.yaml: model.heads ({c.heads}) must divide model.d_model ({c.d_model})")
-    variants.check(c)
-    return Transformer(c, VARIANTS[c.positional](c))
+        raise UserError(f"{where}: model.heads ({c.heads}) must divide model.d_model ({c.d_model})")
+    variants.check(c, where)
+    _check_memory(c, where)
+
+
+# Training holds each float32 parameter four times: the weight, its gradient and Adam's two moments.
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def _check_memory(c: ModelConfig, where: str) -> None:
+    """Refuse, before anything is allocated, a model whose training state alone exceeds this
+    machine's memory (a size key set far too large: model.d_ff 1e9, a learned table of 1e9 rows,
+    a relative clip of 1e8), naming the key that holds most of it. The model is built on the meta
+    device, which allocates nothing, so the count is torch's own."""
+    with torch.device("meta"):
+        model = Transformer(c, VARIANTS[c.positional](c))
+    size_key = {"learned": "max_positions", "concat": "max_positions", "relative": "clip"}
+    parts: dict[str, int] = {}
+    for name, p in [*model.named_parameters(), *model.named_buffers()]:
+        if c.positional in size_key and (".position." in name or name.startswith("positional.")):
+            key = f"positional.{c.positional}.{size_key[c.positional]}"
+        elif ".ff." in name:
+            key = "model.d_ff"
+        elif name.startswith("embed."):
+            key = "tokenizer.vocab_size"
+        else:
+            key = "model.d_model"
+        parts[key] = parts.get(key, 0) + p.numel() * TRAINING_BYTES_PER_PARAMETER
+    needed, available = sum(parts.values()), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        key = max(parts, key=parts.get)
+        section, _, field = key.rpartition(".")
+        value = {"model": c, "tokenizer": {"vocab_size": c.vocab_size}}.get(section, c.position)
+        value = value[field] if isinstance(value, dict) else getattr(value, field)
+        raise UserError(f"{where}: {key} ({value:,}) makes a model whose training state (weights, "
+                        f"gradients, Adam's moments) needs about {needed / 2**30:,.1f} GiB, more than "
+                        f"this machine's {available / 2**30:,.1f} GiB of memory; lower it")
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -86,13 +86,15 @@ def read_corpus(model_config: ModelConfig, spec: CorpusSpec, arrays: Path) -> Co
 
 
 def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus, paths: Paths,
-          device: torch.device, numerics: dict, until: int | None = None) -> dict:
+          device: torch.device, numerics: dict, until: int | None = None,
+          params: str = "params.yaml") -> dict:
     """Train, average, write the outputs; return a summary. Runs as one process or under torchrun,
     on `device` (posenc.runtime.setup, which fixes the threads and deterministic algorithms), with
     `numerics` (posenc.numerics.record: the mode and what it fixed) in the fingerprint.
 
     With `until` (posenc verify), stop after that update: the logs and digests of the updates so
-    far are written, the models are not, and the checkpoints stay."""
+    far are written, the models are not, and the checkpoints stay. `params` names the params file
+    in errors."""
     rank, world = _setup_distributed(device)
     torch.manual_seed(seed)
     model = build_model(model_config).to(device)
@@ -121,7 +123,7 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
     group = world * cfg.accum  # micro-batches in one update, over all processes
     steps_per_epoch = len(batches) // group
     if steps_per_epoch == 0:
-        raise UserError(f"params.yaml: train.accum ({cfg.accum}) x processes ({world}) exceeds the "
+        raise UserError(f"{params}: train.accum ({cfg.accum}) x processes ({world}) exceeds the "
                         f"{len(batches)} batches of the training set; lower train.accum or max_tokens")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bfloat16")
     bar = tqdm(total=cfg.max_steps, initial=step, desc=f"train {model_config.positional}",

@@ -26,8 +26,9 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 def train_tokenizer(texts: list[Path], vocab_size: int, character_coverage: float,
-                    input_sentence_size: int, seed: int, threads: int) -> bytes:
-    """A joint BPE model trained on `texts`, serialized; the same inputs always give the same bytes."""
+                    input_sentence_size: int, seed: int, threads: int, where: str = "params.yaml") -> bytes:
+    """A joint BPE model trained on `texts`, serialized; the same inputs always give the same bytes.
+    `where` names the params file in errors."""
     spm.set_random_generator_seed(seed)
     # Written through memory: with a model_prefix, the (temporary) prefix would be stored inside
     # the model and two runs would differ in those bytes.
@@ -40,7 +41,7 @@ def train_tokenizer(texts: list[Path], vocab_size: int, character_coverage: floa
             num_threads=threads, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
             minloglevel=2)
     except RuntimeError as e:
-        raise UserError(f"params.yaml: tokenizer.vocab_size {vocab_size} does not fit the "
+        raise UserError(f"{where}: tokenizer.vocab_size {vocab_size} does not fit the "
                         f"training text ({str(e).splitlines()[-1]}); lower it") from None
     return model.getvalue()
 
@@ -96,7 +97,7 @@ def run(args) -> None:
     shutil.rmtree(staging, ignore_errors=True)  # what a killed run left
     try:
         model = train_tokenizer(texts, tok.vocab_size, tok.character_coverage,
-                                tok.input_sentence_size, tok.seed, tok.threads)
+                                tok.input_sentence_size, tok.seed, tok.threads, where=args.params)
         sp = spm.SentencePieceProcessor(model_proto=model)
         stats = encode_splits(sp, raw, corpus, staging / "arrays", data.max_len, data.max_ratio)
         stats["fetch"] = record  # how many training pairs, and from where

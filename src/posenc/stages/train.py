@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from posenc import config, corpora, numerics, runtime, tokens
+from posenc import config, corpora, model, numerics, runtime, tokens
 from posenc.config import ModelConfig, TrainConfig
 from posenc.errors import UserError
 from posenc.training import Corpus, Paths, read_corpus, train
@@ -31,6 +31,7 @@ def inputs(params: Path, variant: str, spm: Path, arrays: Path,
                                bos_id=sp.bos_id(), eos_id=sp.eos_id())
     if model_changes:
         model_config = dataclasses.replace(model_config, **model_changes)
+    model.check(model_config, str(params))  # before any data is read, naming this params file
     return model_config, cfg, read_corpus(model_config, corpora.get(data.corpus), arrays)
 
 
@@ -48,7 +49,8 @@ def run(args) -> None:
     paths = Paths(Path(args.model), Path(args.last), Path(args.train_log), Path(args.dev_log),
                   Path(args.checkpoints), Path(args.timings), Path(args.digests), Path(args.highway))
     device = runtime.setup(cfg.threads, mode)
-    s = train(model_config, cfg, args.seed, corpus, paths, device, numerics.record(mode), args.until)
+    s = train(model_config, cfg, args.seed, corpus, paths, device, numerics.record(mode), args.until,
+              params=args.params)
     if args.until is not None:
         print(f"train: {s['variant']} seed {s['seed']}: stopped after update {s['steps']} (--until); "
               f"logs and digests -> {args.digests}")
