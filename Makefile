@@ -46,7 +46,7 @@ pipeline:
 	dvc repro prepare shorten
 	dvc stage list --name-only | grep -E '^train(_short|_residual|_residual_sum)?@' | awk -F- '{print $$NF, $$0}' | sort -s -n -k1,1 | \
 	  cut -d' ' -f2 | xargs -r -n 1 -P $(TRAIN_JOBS) dvc --wait-for-lock repro --single-item
-	{ echo analyze; dvc stage list --name-only | grep -E '^(evaluate|evaluate_short|extrapolate)@'; } | \
+	{ echo analyze; dvc stage list --name-only | grep -E '^(evaluate|evaluate_short|evaluate_residual|evaluate_residual_sum|extrapolate)@'; } | \
 	  xargs -r -n 1 -P $(EVAL_JOBS) dvc --wait-for-lock repro --single-item
 	dvc repro
 

@@ -50,3 +50,19 @@ def test_a_file_size_limit_during_a_stage_is_one_line(tiny_data):
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("posenc prepare: error: ") and "File too large" in line, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_every_command_that_sets_up_torch_gets_its_numerics_before_torch_loads():
+    """A stage that computes (posenc.runtime.setup) must be in cli.COMPUTES, which applies the
+    params' numerics before anything imports torch; otherwise it would compute with the CPU's own
+    choice of kernels and its outputs would not be the portable bits (posenc.numerics)."""
+    import importlib.util
+
+    from posenc import cli
+
+    commands = {name: spec[0] for name, spec in cli.STAGES.items()} | {
+        name: module for name, module in cli.TOOLS.items() if name != "verify"}  # verify: the run's mode
+    computing = {name for name, module in commands.items()
+                 if "runtime.setup(" in open(importlib.util.find_spec(module).origin, encoding="utf-8").read()}
+    assert "lengths" in computing and "train" in computing
+    assert computing == cli.COMPUTES

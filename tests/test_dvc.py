@@ -7,6 +7,7 @@ A stage whose deps or params miss something that it reads is not re-run when tha
 from __future__ import annotations
 
 import ast
+import importlib
 import dataclasses
 import re
 import shutil
@@ -58,8 +59,11 @@ def reads(module: str) -> tuple[set[str], dict[str, set[str]], dict[str, set[str
             if node.func.attr in ("load_list", "load_value"):
                 lists.add(key.value)
             elif node.func.attr == "load":
+                # config.X, or a name the stage's module holds (imported from config, or a
+                # section of its own defined there)
                 cls = node.args[2]
-                cls = getattr(config, cls.attr if isinstance(cls, ast.Attribute) else cls.id)
+                cls = (getattr(config, cls.attr) if isinstance(cls, ast.Attribute)
+                       else getattr(importlib.import_module(module), cls.id))
                 fixed = {k.arg for k in node.keywords}
                 sections[key.value] = {f.name for f in dataclasses.fields(cls)} - fixed
     return lists, sections, {s: used.get(s, set()) & keys for s, keys in sections.items()}

@@ -41,8 +41,8 @@ def test_a_truncated_model_names_the_file_and_the_stage_that_makes_it(tiny_data,
 
 def test_a_missing_model_says_how_to_make_it(tiny_data):
     line = error_line(evaluate(tiny_data, "models/none-9/model.pt"), "evaluate")
-    assert ("models/none-9/model.pt: missing; `dvc pull models/none-9/model.pt` fetches it from "
-            "the project's DVC remote, `dvc repro train@none-9` trains it") in line
+    assert ("models/none-9/model.pt: missing; `dvc repro train@none-9` trains it (or `dvc pull "
+            "models/none-9/model.pt` fetches it, once a DVC remote holding the pinned outputs is set)") in line
 
 
 @pytest.mark.parametrize("path, advice", [
@@ -54,8 +54,8 @@ def test_a_missing_model_says_how_to_make_it(tiny_data):
 def test_a_missing_model_names_a_stage_only_where_one_writes_it(tiny_data, path, advice):
     line = error_line(evaluate(tiny_data, path), "evaluate")
     assert line == f"posenc evaluate: error: {path}: missing; " + (
-        advice if advice.startswith("give") else f"`dvc pull {path}` fetches it from the project's DVC "
-                                                 f"remote, {advice}")
+        advice if advice.startswith("give") else f"{advice} (or `dvc pull {path}` fetches it, once a DVC "
+                                                 f"remote holding the pinned outputs is set)")
 
 
 def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, trained):

@@ -147,8 +147,19 @@ def test_a_size_too_large_for_this_machine_is_refused_before_anything_is_allocat
     assert needed * 2**30 > memory
 
 
-def test_a_model_that_fits_passes_the_memory_check():
-    model_check(dataclasses.replace(SMALL, d_ff=4096), "params.yaml")  # no error
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_memory_check_draws_no_random_numbers(variant):
+    """build_model checks first: a check that drew from torch's generator would change every
+    weight drawn after it, and so the bits of every training."""
+    from conftest import SETTINGS
+
+    for residual in ("sum", "concat"):
+        c = dataclasses.replace(SMALL, positional=variant, position=SETTINGS[variant], residual=residual,
+                                residual_init="xavier", d_ff=4096)
+        torch.manual_seed(0)
+        before = torch.get_rng_state()
+        model_check(c, "params.yaml")  # fits: no error
+        assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_rope_logits_depend_on_the_distance_only():

@@ -73,11 +73,13 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     runs = [f"{v}-{s}" for v in variants for s in seeds]
     assert len(seeds) == 2 and "sinusoidal_narrow" in variants
     study, short = profile["residual_study"], profile["short_training"]
-    residual = ({f"train_residual@{k}-{n}-{s}" for k in study["kinds"] for n in study["depths"] for s in seeds}
-                | {f"train_residual_sum@sum-{n}-{s}" for n in study["sum_depths"] for s in seeds})
+    residual = ({f"{stage}@{k}-{n}-{s}" for stage in ("train_residual", "evaluate_residual")
+                 for k in study["kinds"] for n in study["depths"] for s in seeds}
+                | {f"{stage}@sum-{n}-{s}" for stage in ("train_residual_sum", "evaluate_residual_sum")
+                   for n in study["sum_depths"] for s in seeds})
     shorts = {f"{stage}@{v}-{s}" for stage in ("train_short", "evaluate_short") for v in short["variants"]
               for s in seeds}
-    assert {"fetch", "prepare", "shorten", "report", "analyze"} | residual | shorts | {
+    assert {"fetch", "prepare", "shorten", "report", "analyze", "residuals"} | residual | shorts | {
         f"{s}@{r}" for s in ("train", "evaluate", "extrapolate") for r in runs} == set(stages)
     table = (work / "results/table.md").read_text()
     assert all(f"| {v} |" in table for v in variants)
@@ -85,11 +87,14 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert "two-level bootstrap" in table and "k = 8 (n = 12," in table
     assert "data/raw/multi30k" in table  # the data hash from dvc.lock is in the provenance
     assert "| concat vs sinusoidal_narrow |" in table  # the control pair, tested on real hypotheses
+    residual_table = (work / "results/residual/table.md").read_text()  # the residual study, end to end
+    assert "| sum | 1 |" in residual_table and "| concat | 1 |" in residual_table
+    assert "concat vs sum, 1 layers" in residual_table
     findings = (work / "results/findings.md").read_text()
     assert "### Sum against concatenation" in findings and "holds here on" in findings
     for name in ("figures/learning_curves", "figures/bleu_by_length", "figures/extrapolation",
                  "analysis_figures/position_variance",
-                 "analysis_figures/logit_terms", "analysis_figures/word_order"):
+                 "analysis_figures/logit_terms", "analysis_figures/word_order", "residual/figures/highway"):
         assert (work / "results" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
         assert b"<svg" in (work / "results" / f"{name}.svg").read_bytes()[:1000]  # a vector copy
     metrics = {p: (work / p).read_text() for p in ("results/table.json", "results/analysis.json")}

@@ -52,7 +52,8 @@ def test_table_rows_and_markdown_carry_every_column_and_the_paper_rows():
         ("sinusoidal", 1, 31.0), ("sinusoidal", 2, 32.0), ("none", 1, 21.0), ("none", 2, 22.0)]
     seeds = {"delta": -10.0, "ci": [-11.0, -9.0], "p": 0.0, "p_holm": 0.0, "samples": 1000}
     sig = {t: {"none vs sinusoidal": {"variant": "none", "reference": "sinusoidal", "seeds": seeds,
-                                      "first_seed": {"bleu": 21, "mean": 21, "ci": 1, "p": 0.001}}}
+                                      "first_seed": {"bleu": 21, "mean": 21, "ci": 1, "p": 0.001,
+                                                     "seed": 1, "identical": False}}}
            for t in corpus.tests}
     curves = {"sinusoidal-1": [(100, 9.0), (200, 6.0)], "sinusoidal-2": [(100, 9.0), (200, 6.0)],
               "none-1": [(100, 8.0), (200, 7.0)], "none-2": [(100, 8.0), (200, 7.0)]}
@@ -112,6 +113,37 @@ def test_significance_tests_the_control_pair_on_real_hypotheses(tmp_path):
         assert control["first_seed"]["p"] < 0.05
         assert 0 < sig[t]["sinusoidal_narrow vs sinusoidal"]["seeds"]["delta"] < sig[t]["concat vs sinusoidal"]["seeds"]["delta"]
         assert all(c["seeds"]["p_holm"] >= c["seeds"]["p"] for c in sig[t].values())
+
+
+def test_identical_first_seed_outputs_are_marked_not_given_sacrebleus_floor_p(tmp_path):
+    """sacreBLEU's paired bootstrap gives two identical systems p = 1 / (n + 1), which would read
+    as significant: the report marks identical outputs, and labels the seed it really used."""
+    corpus = corpora.get("multi30k")
+    for t in corpus.tests:
+        (tmp_path / f"{t}.de").write_text("\n".join(REFS) + "\n")
+    runs = []
+    for v, cut in (("sinusoidal", 1), ("none", 1), ("learned", 2)):  # none's outputs are sinusoidal's
+        for seed in (2, 3):
+            hyps = tmp_path / f"{v}-{seed}"
+            hyps.mkdir()
+            for t in corpus.tests:
+                (hyps / f"{t}.de").write_text("\n".join(" ".join(r.split()[:-cut]) for r in REFS) + "\n")
+            runs.append({"variant": v, "seed": seed, "hyps": hyps})
+    sig = significance(runs, corpus, tmp_path, "sinusoidal", 100, 1)
+    t = corpus.tests[0]
+    assert sig[t]["none vs sinusoidal"]["first_seed"] | {"bleu": 0, "mean": 0, "ci": 0} == {
+        "bleu": 0, "mean": 0, "ci": 0, "p": None, "seed": 2, "identical": True}
+    learned = sig[t]["learned vs sinusoidal"]["first_seed"]
+    assert learned["identical"] is False and learned["seed"] == 2 and 0 < learned["p"] <= 1
+    made = [_run(v, seed, 20.0) for v in ("sinusoidal", "none", "learned") for seed in (2, 3)]
+    prov = {"bleu_signature": "b", "chrf_signature": "c", "code_revision": "abc", "versions": {},
+            "data_md5_from_dvc_lock": {}}
+    ranking = ranking_along_training({f"{r['variant']}-{r['seed']}": [(100, 9.0)] for r in made}, made)
+    text = markdown(table_rows(made, corpus), sig, ranking, extrapolation_rows(made), corpus, prov,
+                    "sinusoidal", made)
+    none_row = next(line for line in text.splitlines() if line.startswith("| none vs sinusoidal |"))
+    assert none_row.count("seed 2: identical outputs") == len(corpus.tests) and "seed 1" not in none_row
+    assert "never below 1 / 101 = 0.0099" in text
 
 
 def _seeds(delta, low, high, p_holm):

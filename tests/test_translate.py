@@ -60,8 +60,8 @@ def test_the_spm_model_is_the_one_dvc_lock_records(tiny_data, evaluated, tmp_pat
 def test_a_missing_model_names_the_command_that_makes_it(tiny_data):
     r = translate(tiny_data, "--model", "models/rope-1/model.pt", stdin="A man.\n")
     assert error_line(r, "translate") == (
-        "posenc translate: error: models/rope-1/model.pt: missing; `dvc pull models/rope-1/model.pt` "
-        "fetches it from the project's DVC remote, `dvc repro train@rope-1` trains it")
+        "posenc translate: error: models/rope-1/model.pt: missing; `dvc repro train@rope-1` trains it "
+        "(or `dvc pull models/rope-1/model.pt` fetches it, once a DVC remote holding the pinned outputs is set)")
     assert r.stdout == ""
 
 

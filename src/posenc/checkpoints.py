@@ -151,8 +151,10 @@ def load_model(path: Path, device: torch.device | str = "cpu"):
     path = Path(path)
     stage = train_stage_of(path)
     if not path.is_file():
-        raise UserError(f"{path}: missing; " + (f"`dvc pull {path}` fetches it from the project's DVC "
-                        f"remote, `dvc repro {stage}` trains it" if stage else
+        # A fresh clone has no DVC remote (README, "Pinned results without training"): training is
+        # the way that always works, pulling the one where a remote holding the pins is set.
+        raise UserError(f"{path}: missing; " + (f"`dvc repro {stage}` trains it (or `dvc pull {path}` "
+                        f"fetches it, once a DVC remote holding the pinned outputs is set)" if stage else
                         "give the model.pt of a trained run (posenc train writes one)"))
     try:
         saved = torch.load(path, map_location=device, weights_only=True)

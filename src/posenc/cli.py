@@ -64,6 +64,13 @@ STAGES = {
         "--curves-csv": "every run's dev perplexity by update, CSV to write (the DVC plot)",
         "--extrapolation-csv": "BLEU by k per variant and test set, CSV to write",
         "--figures": "directory for the PNG figures"}),
+    "residuals": ("posenc.stages.residuals", "the residual study: sum, concat, none over seeds, the seed-aware test, the gradient highway", {
+        "--runs": "directory of the positional runs' results (sum at model.layers is sinusoidal's)",
+        "--residual-runs": "directory of the residual runs' results (metrics.json, hyps/)",
+        "--models": "directory of trained models (their highway logs)", "--raw": "references",
+        "--table-md": "Markdown table to write", "--findings-md": "Markdown of the conclusions to write",
+        "--table-json": "JSON table to write", "--highway-csv": "the highway measures by update, CSV to write",
+        "--figures": "directory for the figures"}),
     "analyze": ("posenc.stages.analyze", "measure the conjectures of the sum-versus-concat debate", {
         "--models": "directory of trained models", "--spm": "SentencePiece model",
         "--arrays": "encoded splits", "--raw": "references", "--json": "analysis JSON to write",
@@ -75,7 +82,7 @@ TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify
          "export": "posenc.stages.export", "readme": "posenc.readme"}
 # the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
 # torch is imported (posenc.numerics); `verify` takes the mode the pinned run recorded
-COMPUTES = {"train", "evaluate", "extrapolate", "analyze", "translate"}
+COMPUTES = {"train", "evaluate", "extrapolate", "lengths", "analyze", "translate"}
 
 
 DESCRIPTION = """\

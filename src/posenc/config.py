@@ -43,6 +43,15 @@ class Range:
                 f"{')' if self.high_open else ']'}")
 
 
+class MayBeEmpty:
+    """Marks a list that may be empty (`Annotated[tuple[int, ...], MAY_BE_EMPTY]`): every other
+    list a stage reads needs a value."""
+
+    def __contains__(self, value) -> bool:
+        return True
+
+
+MAY_BE_EMPTY = MayBeEmpty()
 Positive = Annotated[int, Range(1)]
 NonNegative = Annotated[int, Range(0)]
 PositiveFloat = Annotated[float, Range(0, low_open=True)]
@@ -213,6 +222,24 @@ class ShortTrainingConfig:
 
 
 @dataclass(frozen=True)
+class ResidualStudyConfig:
+    """The residual study (README, "The residual study"): `sum` against the other kinds, with
+    sinusoidal positions. dvc.yaml's train_residual matrix trains `kinds` at every depth of
+    `depths`, train_residual_sum trains `sum` at `sum_depths`; `sum` at model.layers is the
+    positional table's sinusoidal run, not trained twice."""
+    kinds: tuple[Literal["concat", "none"], ...]
+    depths: tuple[Positive, ...]  # layers on each side
+    sum_depths: Annotated[tuple[Positive, ...], MAY_BE_EMPTY]
+
+    def __post_init__(self):
+        for key in ("kinds", "depths", "sum_depths"):
+            values = getattr(self, key)
+            if len(set(values)) != len(values):
+                raise UserError(f"{key}: {list(values)} lists a value twice (DVC's matrix would merge "
+                                f"the runs); list each once")
+
+
+@dataclass(frozen=True)
 class ExtrapolateConfig:
     """§3.5's claim, tested: inputs made longer than any in training by joining test sentences."""
     joins: tuple[Positive, ...]   # k: consecutive sentences (and references) joined into one input
@@ -286,11 +313,15 @@ def load_list(path: str | Path, key: str, item_type: Any) -> tuple:
 
 
 def load_value(path: str | Path, key: str, tp: Any):
-    """A top-level scalar (`numerics`), checked against `tp`."""
-    raw = read_params(path)
-    if key not in raw:
+    """One value, checked against `tp`: a top-level scalar (`numerics`) or one key of a section
+    (`model.layers`), for a stage that reads that key alone."""
+    raw: Any = read_params(path)
+    *sections, name = key.split(".")
+    for section in sections:
+        raw = raw.get(section) if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or name not in raw:
         raise UserError(f"{path}: {key} is missing; copy it from params.yaml")
-    return _convert(raw[key], tp, f"{path}: {key}")
+    return _convert(raw[name], tp, f"{path}: {key}")
 
 
 def read_params(path: str | Path) -> dict:
@@ -332,6 +363,8 @@ def build(cls: type, values: Any, where: str, **fixed: Any):
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Annotated:
+        if args[1] is MAY_BE_EMPTY and value == []:
+            return ()
         value, allowed = _convert(value, args[0], where), args[1]
         if value not in allowed:
             raise UserError(f"{where}: {value!r} is out of range; it must be {allowed}")

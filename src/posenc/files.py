@@ -35,6 +35,24 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def clear(*outputs: str | os.PathLike) -> None:
+    """Remove a stage's previous outputs before it writes the first of its new ones. Each file is
+    written atomically, but a set of files is not: cleared first, a stage that fails or is killed
+    while writing leaves part of its new set and nothing of the old one, never a directory holding
+    the outputs of two runs (a missing output every reader reports; a mixed set no reader could
+    tell). DVC removes a stage's outs before running it; this holds outside DVC too. An output may
+    end in a pattern (`hyps/*.de`): the files of that directory that the stage writes, never the
+    directory itself, which may hold anything else of the user's."""
+    for output in map(Path, outputs):
+        if glob.has_magic(output.name):
+            matches = output.parent.glob(output.name) if output.parent.is_dir() else []
+        else:
+            matches = [output]
+        for path in matches:
+            if not path.is_dir():
+                path.unlink(missing_ok=True)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

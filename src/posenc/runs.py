@@ -41,8 +41,20 @@ def result_dir(runs: Path, variant: str, seed: int) -> Path:
     return Path(runs) / run_name(variant, seed)
 
 
+def residual_name(kind: str, layers: int, seed: int) -> str:
+    """`<kind>-<layers>-<seed>`: a run of the residual study (dvc.yaml's train_residual and
+    train_residual_sum): its model in models/residual-<name>/, its evaluation in
+    results/residual/runs/<name>/ (the files of `result_dir`)."""
+    return f"{kind}-{layers}-{seed}"
+
+
 def hypothesis_path(hyps_dir: Path, split: str) -> Path:
     return Path(hyps_dir) / f"{split}.{TGT}"
+
+
+def hypothesis_files(hyps_dir: Path) -> Path:
+    """Every hypothesis file of `hyps_dir`, as a pattern (posenc.files.clear)."""
+    return hypothesis_path(hyps_dir, "*")
 
 
 def trained_with(model: Path, lock: Path) -> Path:

@@ -194,7 +194,8 @@ def train(model_config: ModelConfig, cfg: TrainConfig, seed: int, corpus: Corpus
         dist.all_reduce(flops)
     summary = {"variant": model_config.positional, "seed": seed, "steps": step,
                "parameters": count_parameters(model), "dev_ppl": dev_rows[-1][2] if dev_rows else None}
-    if rank == 0:
+    if rank == 0:  # the old outputs go first: never a mix of two runs' (posenc.files.clear)
+        files.clear(paths.train_log, paths.dev_log, paths.highway, paths.digests, paths.model, paths.last)
         files.write_tsv(paths.train_log, TRAIN_LOG_HEADER, train_rows)
         files.write_tsv(paths.dev_log, DEV_LOG_HEADER, dev_rows)
         files.write_tsv(paths.highway, highway.HEADER, highway_rows)

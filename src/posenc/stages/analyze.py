@@ -368,7 +368,9 @@ def run(args) -> None:
     each = [analyze({v: load_model(model_path(Path(args.models), v, seed), device) for v in variants},
                     sp, corpus, Path(args.arrays), Path(args.raw), cfg, eval_cfg) for seed in seeds]
     result = {"seeds": list(seeds), **over_seeds(each)}
-    plot(result, Path(args.figures), cfg.variance_shares)
+    figures = Path(args.figures)
+    files.clear(figures / "*.png", figures / "*.svg", args.json, args.md)  # never a mix of two runs'
+    plot(result, figures, cfg.variance_shares)
     files.write_json(args.json, result)
     files.write_text(args.md, markdown(result, cfg.variance_shares))
     order = result["word_order_bleu"]

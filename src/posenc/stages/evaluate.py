@@ -22,7 +22,7 @@ from posenc.config import EvalConfig
 from posenc.corpora import SRC, TGT, Corpus
 from posenc.decode import check_beam, translate
 from posenc.model import check_lengths, count_parameters
-from posenc.runs import hypothesis_path
+from posenc.runs import hypothesis_files, hypothesis_path
 from posenc.perplexity import corpus_nll, perplexity
 from posenc.scoring import compound_split_bleu, read_references, score
 
@@ -68,6 +68,8 @@ def run(args) -> None:
     sp = tokens.load_tokenizer(Path(args.spm))
     corpus = corpora.get(data.corpus)
     metrics, hypotheses = evaluate(model, last, sp, corpus, Path(args.arrays), Path(args.raw), cfg, device)
+    # never a mix of two runs' outputs (posenc.files.clear)
+    files.clear(hypothesis_files(Path(args.hyps)), args.signatures, args.metrics, args.scores)
     for split, lines in hypotheses.items():
         files.write_lines(hypothesis_path(Path(args.hyps), split), lines)
     # DVC's metrics file holds numbers only, one flat key each (`dvc metrics show` is a table of

@@ -19,7 +19,7 @@ from posenc.config import EvalConfig, ShortTrainingConfig
 from posenc.corpora import SRC
 from posenc.decode import check_beam, translate
 from posenc.model import check_lengths
-from posenc.runs import hypothesis_path
+from posenc.runs import hypothesis_files, hypothesis_path
 from posenc.scoring import read_references, score
 
 
@@ -52,12 +52,11 @@ def run(args) -> None:
     splits = list(corpus.scored)
     sources = {split: tokens.load(tokens.array_path(arrays, split, SRC), eos)[:limit] for split in splits}
     check_lengths(model, {tokens.array_path(arrays, split, SRC): s for split, s in sources.items()})
-    lengths, outputs, hyps, refs = [], [], [], []
+    lengths, outputs, hyps, refs, texts = [], [], [], [], {}
     for split in splits:
         out = translate(model, sources[split], cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens,
                         device, desc=f"{model.config.positional} {split}")
-        text = [sp.decode(ids) for ids in out]
-        files.write_lines(hypothesis_path(Path(args.hyps), split), text)
+        text = texts[split] = [sp.decode(ids) for ids in out]
         lengths += [len(s) for s in sources[split]]
         outputs += [len(ids) + 1 for ids in out]  # target positions, EOS included
         hyps += text
@@ -72,6 +71,9 @@ def run(args) -> None:
             row |= {k: result[k] for k in ("bleu", "chrf", "length_ratio")}
             signatures = {k: result[f"{k}_signature"] for k in ("bleu", "chrf")}
         rows.append(row)
+    files.clear(hypothesis_files(Path(args.hyps)), args.out)  # never a mix of two runs' outputs
+    for split, text in texts.items():
+        files.write_lines(hypothesis_path(Path(args.hyps), split), text)
     files.write_json(args.out, {"variant": model.config.positional, "seed": args.seed,
                                 "max_len": short.max_len, "splits": splits, "buckets": rows,
                                 "signatures": signatures})

@@ -9,8 +9,6 @@ rows, which are labelled.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -29,6 +27,7 @@ from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_l
                          hypothesis_path, result_dir, run_name)
 from posenc.scoring import read_references
 from posenc.significance import holm, paired_bootstrap, seed_bootstrap, sentence_statistics
+from posenc.tables import cell, markdown_table, p_is, p_text, span, summarize, to_csv
 
 MEASURES = ("bleu", "bleu_tok", "chrf")  # `<measure>_<split>` keys of metrics.json and scores.json
 
@@ -71,17 +70,6 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
                          "extrapolation": json.loads((where / EXTRAPOLATION).read_text(encoding="utf-8")),
                          **scores})
     return runs
-
-
-def _decimals(mean: float) -> int:
-    """How many decimals a mean (and its std) is kept and shown to: 2 above 10, else 3."""
-    return 2 if abs(mean) > 10 else 3
-
-
-def summarize(values: list[float]) -> dict:
-    mean = statistics.fmean(values)
-    return {"mean": round(mean, _decimals(mean)), "std": round(statistics.stdev(values), 3)
-            if len(values) > 1 else None, "n": len(values)}
 
 
 def table_rows(runs: list[dict], corpus: corpora.Corpus) -> list[dict]:
@@ -151,7 +139,12 @@ def significance(runs: list[dict], corpus: corpora.Corpus, raw: Path, baseline: 
             others = [(v, hyps[v][0]) for v, ref in pairs if ref == reference]
             for v, out in paired_bootstrap((reference, hyps[reference][0]), others, references,
                                            samples, seed).items():
-                first[v, reference] = out
+                # sacreBLEU's p is (c + 1) / (n + 1), c counting resamples whose difference exceeds
+                # the observed one strictly: two identical systems get its floor 1 / (n + 1), which
+                # reads as significant. Identical outputs are said to be so instead.
+                identical = hyps[v][0] == hyps[reference][0]
+                first[v, reference] = {**out, "seed": by_variant[v][0]["seed"], "identical": identical,
+                                       "p": None if identical else out["p"]}
         result[split] = {f"{v} vs {ref}": {"variant": v, "reference": ref,
                                            "seeds": seed_bootstrap(stats[ref], stats[v], samples, seed),
                                            "first_seed": first[v, ref]} for v, ref in pairs}
@@ -277,40 +270,14 @@ def code_revision() -> str:
     return (commit or "uncommitted") + (" with uncommitted changes in src/" if dirty else "")
 
 
-def _cell(s: dict) -> str:
-    """`mean ± std`, both to the mean's decimals."""
-    if s is None:
-        return ""
-    d = _decimals(s["mean"])
-    return f"{s['mean']:.{d}f}" + (f" ± {s['std']:.{d}f}" if s.get("std") is not None else "")
-
-
-def _span(values: list[float], spec: str) -> str:
-    """"lowest-highest" of the values, each formatted by `spec`."""
-    return f"{min(values):{spec}}-{max(values):{spec}}"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def _p(p: float, samples: int) -> str:
-    return f"< {1 / samples:g}" if p == 0 else f"{p:g}"
-
-
-def _p_is(p: float, samples: int, name: str = "p") -> str:
-    """"p = 0.12", or "p < 0.001" where no resample fell on the other side."""
-    return f"{name} {_p(p, samples)}" if p == 0 else f"{name} = {_p(p, samples)}"
-
-
 def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dict],
              corpus: corpora.Corpus, prov: dict, baseline: str, runs: list[dict]) -> str:
     dev, tests = corpus.dev, corpus.tests
     n = rows[0]["dev_ppl"]["n"]
     seeds = f"{n} seed{'s' if n > 1 else ''} per variant" + (" (mean ± standard deviation over seeds)" if n > 1 else "")
-    lines = _table(["variant", "params", f"dev PPL ({dev})", f"dev BLEU ({dev})", *(f"BLEU {t}" for t in tests)],
-                   [[r["variant"], f"{r['parameters']:,}", _cell(r["dev_ppl"]), _cell(r[f"bleu_{dev}"])]
-                    + [_cell(r[f"bleu_{t}"]) for t in tests] for r in rows])
+    lines = markdown_table(["variant", "params", f"dev PPL ({dev})", f"dev BLEU ({dev})", *(f"BLEU {t}" for t in tests)],
+                   [[r["variant"], f"{r['parameters']:,}", cell(r["dev_ppl"]), cell(r[f"bleu_{dev}"])]
+                    + [cell(r[f"bleu_{t}"]) for t in tests] for r in rows])
     lines += ["", f"{seeds}. BLEU is sacreBLEU's (signature below), the primary figure. PPL is per "
               "wordpiece, teacher-forced, without label smoothing. The paper's protocol: the dev "
               f"columns ({dev}: PPL, BLEU, chrF) are of the last checkpoint, as Table 3 (§6.2: no "
@@ -319,9 +286,9 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
               "chrF, and tok+compound-split BLEU (comparable with Vaswani et al. Tables 2-3: Moses "
               "tokenizer, hyphenated compounds split, case-sensitive multi-bleu; tensor2tensor's "
               "get_ende_bleu.sh):", ""]
-    lines += _table(["variant"] + [f"chrF {s}" for s in corpus.scored] + [f"tok BLEU {s}" for s in corpus.scored],
-                    [[r["variant"]] + [_cell(r[f"chrf_{s}"]) for s in corpus.scored]
-                     + [_cell(r[f"bleu_tok_{s}"]) for s in corpus.scored] for r in rows])
+    lines += markdown_table(["variant"] + [f"chrF {s}" for s in corpus.scored] + [f"tok BLEU {s}" for s in corpus.scored],
+                    [[r["variant"]] + [cell(r[f"chrf_{s}"]) for s in corpus.scored]
+                     + [cell(r[f"bleu_tok_{s}"]) for s in corpus.scored] for r in rows])
     samples = next(iter(next(iter(sig.values())).values()))["seeds"]["samples"]
     controls = [c for c, e in next(iter(sig.values())).items() if e["reference"] != baseline]
     lines += ["", f"Every variant against `{baseline}`"
@@ -329,22 +296,25 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
               + ", over seeds and sentences (two-level bootstrap, "
               f"{samples} resamples; posenc/significance.py): the difference of mean BLEU, its 95% "
               "interval, the p-value and, in brackets, the p-value Holm-adjusted over every "
-              "comparison and test set. After it, sacreBLEU's paired bootstrap on the first seed "
-              "alone (p).", ""]
+              "comparison and test set. After it, sacreBLEU's paired bootstrap on the first seed's "
+              f"hypotheses alone: its p is (c + 1) / (n + 1), never below 1 / {samples + 1:,} = "
+              f"{1 / (samples + 1):.4f} (which it gives two identical systems too), so outputs "
+              "identical to the reference's are marked as such instead of given a p.", ""]
     body = []
     for comparison in next(iter(sig.values())):
         cells = [comparison]
         for t in tests:
             s, f = sig[t][comparison]["seeds"], sig[t][comparison]["first_seed"]
-            cells.append(f"{s['delta']:+.2f} [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], {_p_is(s['p'], samples)} "
-                         f"({_p(s['p_holm'], samples)}); seed 1: p = {f['p']}")
+            cells.append(f"{s['delta']:+.2f} [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], {p_is(s['p'], samples)} "
+                         f"({p_text(s['p_holm'], samples)}); seed {f['seed']}: "
+                         + ("identical outputs" if f["identical"] else f"p = {f['p']}"))
         body.append(cells)
-    lines += _table(["comparison", *tests], body)
+    lines += markdown_table(["comparison", *tests], body)
     steps = ranking["steps"]
     lines += ["", "The variants ranked by dev perplexity (best first) along training, mean over seeds; "
               "Kendall's tau against the ranking at the last update, for the mean and for each seed:", ""]
     shown = [s for s in steps if s >= steps[len(steps) // 2]] or steps
-    lines += _table(["update", "ranking (mean over seeds)", "tau (mean)", "tau per seed"],
+    lines += markdown_table(["update", "ranking (mean over seeds)", "tau (mean)", "tau per seed"],
                     [[str(s), ", ".join(ranking["mean"][s]["order"]), f"{ranking['mean'][s]['tau_vs_last']:g}",
                       ", ".join(f"{t:g}" for t in ranking["per_seed"][s].values())] for s in shown])
     first = runs[0]["extrapolation"]
@@ -364,9 +334,9 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
         mine = [r for r in extrapolation if r["split"] == split]
         info = {r["k"]: r for r in mine}
         lines += [f"{split}:", ""]
-        lines += _table(["variant"] + [f"k = {k} (n = {info[k]['inputs']}, longer {info[k]['longer_than_training']:.0%}, "
+        lines += markdown_table(["variant"] + [f"k = {k} (n = {info[k]['inputs']}, longer {info[k]['longer_than_training']:.0%}, "
                                        f"up to {info[k]['max_source_positions']} positions)" for k in ks],
-                        [[v] + [f"{_cell(r['bleu'])} (ratio {r['length_ratio']['mean']})"
+                        [[v] + [f"{cell(r['bleu'])} (ratio {r['length_ratio']['mean']})"
                                 + (f", at limit {r['at_length_limit']}" if r["at_length_limit"] else "")
                                 for k in ks for r in mine if r["variant"] == v and r["k"] == k]
                          for v in dict.fromkeys(r["variant"] for r in mine)])
@@ -374,7 +344,7 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
     lines += [f"For reference, the paper's own rows (Vaswani et al. 2017, Table 3; WMT14 en-de, "
               "newstest2013 dev, base model; its BLEU is tok+compound-split): not comparable with the "
               f"rows above, which are measured on {corpus.name}.", ""]
-    lines += _table(["paper row", "params", "dev PPL (newstest2013)", "dev tok+compound-split BLEU (newstest2013)"],
+    lines += markdown_table(["paper row", "params", "dev PPL (newstest2013)", "dev tok+compound-split BLEU (newstest2013)"],
                     [[p["variant"], p["parameters"], str(p["dev_ppl"]), str(p["dev_bleu"])] for p in PAPER_ROWS])
     lines += ["", "Provenance:", "",
               f"- BLEU signature: `{prov['bleu_signature']}`",
@@ -402,7 +372,7 @@ def _verdict(s: dict) -> str:
 
 def _difference(s: dict, samples: int) -> str:
     return (f"{s['delta']:+.2f} BLEU [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], "
-            f"{_p_is(s['p_holm'], samples, 'Holm p')}")
+            f"{p_is(s['p_holm'], samples, 'Holm p')}")
 
 
 def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dict],
@@ -424,7 +394,7 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
 
     if "learned vs sinusoidal" in first:
         lines += ["### Table 3 (E): learned against sinusoidal positions", ""]
-        dev = {m: ", ".join(f"{v} {_cell(row[v][m])}" for v in ("sinusoidal", "learned"))
+        dev = {m: ", ".join(f"{v} {cell(row[v][m])}" for v in ("sinusoidal", "learned"))
                for m in ("dev_ppl", f"bleu_{corpus.dev}")}
         lines += [f"Table 3's columns, on {corpus.dev} with the last checkpoint: dev perplexity "
                   f"{dev['dev_ppl']}; dev BLEU {dev[f'bleu_{corpus.dev}']}. The test sets, learned "
@@ -483,13 +453,13 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
             lines += [f"{split}, k = {top} ({longer:.0%} of inputs longer than any training source): "
                       "BLEU mean ± std over seeds, and the share of each variant's own k = "
                       f"{ks[0]} BLEU it keeps: "
-                      + "; ".join(f"{v} {_cell(at[v, top]['bleu'])} ({kept[v]:.0%})" for v in order)
+                      + "; ".join(f"{v} {cell(at[v, top]['bleu'])} ({kept[v]:.0%})" for v in order)
                       + ". No test over seeds is made here: read differences smaller than the "
                       "standard deviations as noise.", ""]
             ratio = {key: r["length_ratio"]["mean"] for key, r in at.items()}
             top_ratio = [ratio[v, top] for v in variants]
             penalty = math.exp(1 - 1 / max(top_ratio)) if max(top_ratio) < 1 else 1.0
-            lines += [f"At k = {top} every variant's output is {_span(top_ratio, '.0%')} as long "
+            lines += [f"At k = {top} every variant's output is {span(top_ratio, '.0%')} as long "
                       "as the joined reference (mean length ratio over seeds), so BLEU's brevity "
                       f"penalty alone multiplies its score by at most {penalty:.3f}"
                       + (": the models end their output long before the input ends, whatever their "
@@ -502,23 +472,15 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                 share = statistics.fmean(lost) if lost else 0.0
                 lines += [f"At k = {k}, where {at[order[0], k]['longer_than_training']:.1%} of inputs are "
                           f"longer than any training source, mean BLEU is already "
-                          f"{_span([bleu[v, k] for v in variants], 'g')} (k = {k1}: "
-                          f"{_span([bleu[v, k1] for v in variants], 'g')}) and the output "
-                          f"{_span([ratio[v, k] for v in variants], '.0%')} as long as the reference: "
+                          f"{span([bleu[v, k] for v in variants], 'g')} (k = {k1}: "
+                          f"{span([bleu[v, k1] for v in variants], 'g')}) and the output "
+                          f"{span([ratio[v, k] for v in variants], '.0%')} as long as the reference: "
                           f"{share:.0%} of the BLEU lost from "
                           f"k = {k1} to k = {top} (mean over variants) is lost within the lengths "
                           "trained on" + (", so joined inputs test more than positions (length is a "
                                           "domain of its own, Varis & Bojar 2021)" if share > 0.5 else "")
                           + ".", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def to_csv(rows: list[dict], columns: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], runs: list[dict], path: Path) -> None:
@@ -611,6 +573,8 @@ def run(args) -> None:
     ranking = ranking_along_training(curves, runs)
     extrapolation = extrapolation_rows(runs)
     figures = Path(args.figures)
+    files.clear(figures / "*.png", figures / "*.svg", args.by_length_csv, args.curves_csv, args.table_csv,
+                args.extrapolation_csv, args.table_json, args.table_md, args.findings_md)  # never a mix of two runs'
     plot_learning_curves(curves, runs, figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")
     plot_extrapolation(extrapolation, figures / "extrapolation.png")

@@ -1,0 +1,295 @@
+"""Stage `residuals`: the residual study (README, "The residual study"), sum against
+concatenation against no residual at all, as a table over seeds with the seed-aware test against
+`sum` at the same depth, the gradient highway measured along training as a figure, and the
+findings those figures support.
+
+Inputs are what the pipeline wrote: each residual run's evaluation (results/residual/runs/<kind>-
+<layers>-<seed>/), the positional table's `sinusoidal` runs, which are `sum` at model.layers (not
+trained twice), and every run's highway log beside its model (posenc.highway). The positional
+report is not touched: this stage reads its runs and writes only its own files.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from posenc import config, corpora, files
+from posenc.errors import UserError
+from posenc.figures import pyplot, save_figure
+from posenc.runs import (HYPS, METRICS, SCORES, hypothesis_path, residual_name, result_dir,
+                         run_name)
+from posenc.scoring import read_references
+from posenc.significance import holm, seed_bootstrap, sentence_statistics
+from posenc.tables import cell, markdown_table, p_is, summarize, to_csv
+
+KINDS = ("sum", "concat", "none")  # posenc.model.Residual: the paper's first, then the two others
+
+
+def groups(study: config.ResidualStudyConfig, layers: int) -> list[tuple[str, int]]:
+    """The (kind, depth) cells of the study, each depth's `sum` first: sum at `layers` (the
+    positional table's sinusoidal run) and at `sum_depths`, the other kinds at `depths`."""
+    depths = sorted({layers, *study.depths, *study.sum_depths})
+    cells = []
+    for depth in depths:
+        if depth == layers or depth in study.sum_depths:
+            cells.append(("sum", depth))
+        cells += [(kind, depth) for kind in KINDS[1:] if kind in study.kinds and depth in study.depths]
+    return cells
+
+
+def run_dirs(cells: list[tuple[str, int]], seeds: tuple[int, ...], layers: int, runs: Path,
+             residual_runs: Path, models: Path) -> dict:
+    """{(kind, depth, seed): (evaluation directory, model directory)}: `sum` at model.layers is
+    the positional table's sinusoidal run; every other cell is a residual run."""
+    out = {}
+    for kind, depth in cells:
+        for seed in seeds:
+            if kind == "sum" and depth == layers:
+                out[kind, depth, seed] = (result_dir(runs, "sinusoidal", seed),
+                                          Path(models) / run_name("sinusoidal", seed))
+            else:
+                name = residual_name(kind, depth, seed)
+                out[kind, depth, seed] = Path(residual_runs) / name, Path(models) / f"residual-{name}"
+    missing = [str(where / METRICS) for where, _ in out.values() if not (where / METRICS).is_file()]
+    if missing:
+        raise UserError(f"{missing[0]}: missing ({len(missing)} evaluations in all); run `dvc repro "
+                        f"evaluate_residual evaluate_residual_sum evaluate`")
+    return out
+
+
+def read_highway(path: Path) -> list[tuple[int, str, str, float]]:
+    """A run's highway log (posenc.highway): (step, part, measure, value) rows."""
+    if not path.is_file():
+        raise UserError(f"{path}: missing; the run's train stage writes it (`dvc repro` of that run)")
+    rows = [line.split("\t") for line in files.read_lines(path)[1:]]
+    return [(int(step), part, measure, float(value)) for step, part, measure, value in rows]
+
+
+def load(dirs: dict, corpus: corpora.Corpus) -> dict:
+    """{(kind, depth, seed): {"metrics": metrics and scores, "highway": rows}}."""
+    out = {}
+    for key, (where, model_dir) in dirs.items():
+        metrics = {**json.loads((where / METRICS).read_text(encoding="utf-8")),
+                   **json.loads((where / SCORES).read_text(encoding="utf-8"))}
+        out[key] = {"metrics": metrics, "highway": read_highway(model_dir / "highway_log.tsv"),
+                    "hyps": where / HYPS}
+    return out
+
+
+def table_rows(runs: dict, cells: list[tuple[str, int]], seeds: tuple[int, ...],
+               corpus: corpora.Corpus) -> list[dict]:
+    """One row per (kind, depth): parameters, dev PPL, BLEU and chrF per scored split, mean ± std."""
+    rows = []
+    for kind, depth in cells:
+        mine = [runs[kind, depth, s]["metrics"] for s in seeds]
+        row = {"kind": kind, "layers": depth, "parameters": mine[0]["parameters"],
+               "dev_ppl": summarize([m["dev_ppl"] for m in mine])}
+        for split in corpus.scored:
+            row[f"bleu_{split}"] = summarize([m[f"bleu_{split}"] for m in mine])
+            row[f"chrf_{split}"] = summarize([m[f"chrf_{split}"] for m in mine])
+        rows.append(row)
+    return rows
+
+
+def significance(runs: dict, cells: list[tuple[str, int]], seeds: tuple[int, ...], corpus: corpora.Corpus,
+                 raw: Path, samples: int, seed: int) -> dict:
+    """Every kind against `sum` at the same depth, on each test set: the two-level bootstrap over
+    seeds and sentences (posenc.significance), Holm-adjusted over the whole family."""
+    pairs = [(k, d) for k, d in cells if k != "sum" and ("sum", d) in cells]
+    result: dict = {}
+    for split in corpus.tests:
+        stats, references = {}, None
+        for kind, depth in {c for pair in pairs for c in (pair, ("sum", pair[1]))}:
+            each = [files.read_lines(hypothesis_path(runs[kind, depth, s]["hyps"], split)) for s in seeds]
+            references = references or read_references(raw, split, len(each[0]))
+            for s, h in zip(seeds, each):
+                if len(h) != len(references):
+                    raise UserError(f"{hypothesis_path(runs[kind, depth, s]['hyps'], split)}: {len(h)} lines, "
+                                    f"but {len(references)} references; re-run its evaluation")
+            stats[kind, depth] = [sentence_statistics(h, references) for h in each]
+        for kind, depth in pairs:
+            result.setdefault(split, {})[f"{kind} vs sum, {depth} layers"] = seed_bootstrap(
+                stats["sum", depth], stats[kind, depth], samples, seed)
+    adjusted = holm({(split, c): r["p"] for split, cs in result.items() for c, r in cs.items()})
+    for (split, c), p in adjusted.items():
+        result[split][c]["p_holm"] = p
+    return result
+
+
+def highway_rows(runs: dict, cells: list[tuple[str, int]], seeds: tuple[int, ...]) -> list[dict]:
+    """Each measure of each part along training, mean over seeds: one row per (kind, layers,
+    step, part, measure), for the figure and highway.csv."""
+    values: dict = {}
+    for kind, depth in cells:
+        for s in seeds:
+            for step, part, measure, value in runs[kind, depth, s]["highway"]:
+                values.setdefault((kind, depth, step, part, measure), []).append(value)
+    return [{"kind": k, "layers": d, "step": step, "part": part, "measure": m,
+             "value": statistics.fmean(v), "seeds": len(v)}
+            for (k, d, step, part, m), v in values.items()]
+
+
+def at_last_step(rows: list[dict], kind: str, depth: int, measure: str) -> dict[str, float]:
+    """{part: value} of one measure at the cell's last logged update."""
+    mine = [r for r in rows if (r["kind"], r["layers"], r["measure"]) == (kind, depth, measure)]
+    if not mine:
+        return {}
+    last = max(r["step"] for r in mine)
+    return {r["part"]: r["value"] for r in mine if r["step"] == last}
+
+
+def markdown(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str, int]],
+             seeds: tuple[int, ...], corpus: corpora.Corpus) -> str:
+    tests = corpus.tests
+    lines = ["# The residual study: `x + f(x)` summed, concatenated, or neither", "",
+             f"`sinusoidal` positions, {len(seeds)} seed{'s' if len(seeds) > 1 else ''} per cell "
+             "(mean ± standard deviation over seeds). `sum` at the positional table's depth is its "
+             "`sinusoidal` run. Dev perplexity of the last checkpoint, BLEU and chrF (sacreBLEU) of the "
+             "average of the last checkpoints, as in the positional table.", ""]
+    lines += markdown_table(["residual", "layers", "params", "dev PPL", *(f"BLEU {t}" for t in tests),
+                             *(f"chrF {t}" for t in tests)],
+                            [[r["kind"], str(r["layers"]), f"{r['parameters']:,}", cell(r["dev_ppl"])]
+                             + [cell(r[f"bleu_{t}"]) for t in tests] + [cell(r[f"chrf_{t}"]) for t in tests]
+                             for r in rows])
+    if sig:
+        samples = next(iter(next(iter(sig.values())).values()))["samples"]
+        lines += ["", "Each kind against `sum` at the same depth, over seeds and sentences (two-level "
+                  f"bootstrap, {samples} resamples; posenc/significance.py): the difference of mean BLEU, "
+                  "its 95% interval, the p-value and, in brackets, the p-value Holm-adjusted over every "
+                  "comparison and test set.", ""]
+        lines += markdown_table(["comparison", *tests], [
+            [c] + [f"{sig[t][c]['delta']:+.2f} [{sig[t][c]['ci'][0]:+.2f}, {sig[t][c]['ci'][1]:+.2f}], "
+                   f"{p_is(sig[t][c]['p'], samples)} ({p_is(sig[t][c]['p_holm'], samples, 'Holm p')})"
+                   for t in tests] for c in next(iter(sig.values()))])
+    lines += ["", "The highway at the last logged update (mean over seeds, one fixed dev batch, dropout "
+              "off; posenc/highway.py): the gradient norm at the token embeddings over the norm at the "
+              "top layer's output, encoder and decoder; each sub-layer's |f(x)| / |x| (median over "
+              "sub-layers); for `concat`, the norms of W's x and f(x) halves over sqrt(d_model) (1 and 1 "
+              "at the start).", ""]
+    body = []
+    for kind, depth in cells:
+        grad = at_last_step(hw, kind, depth, "grad_ratio")
+        update = list(at_last_step(hw, kind, depth, "update_ratio").values())
+        w_x = list(at_last_step(hw, kind, depth, "w_x").values())
+        w_f = list(at_last_step(hw, kind, depth, "w_f").values())
+        body.append([kind, str(depth), f"{grad.get('encoder embeddings', float('nan')):.3g}",
+                     f"{grad.get('decoder embeddings', float('nan')):.3g}",
+                     f"{statistics.median(update):.3g}" if update else "",
+                     f"{statistics.fmean(w_x):.3g} / {statistics.fmean(w_f):.3g}" if w_x else ""])
+    lines += markdown_table(["residual", "layers", "grad at encoder embeddings", "grad at decoder embeddings",
+                             "median |f(x)| / |x|", "W: x half / f(x) half"], body)
+    return "\n".join(lines) + "\n"
+
+
+def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str, int]],
+             corpus: corpora.Corpus) -> str:
+    """What the figures support, conjecture by conjecture, each with its figure: generated, so that
+    no conclusion outlives the numbers it rests on."""
+    depths = sorted({d for _, d in cells})
+    lines = ["## The residual study: what the figures support", ""]
+    # 1. the highway: does the gradient reach the embeddings best through a sum?
+    said = []
+    holds = True
+    for depth in depths:
+        kinds = [k for k, d in cells if d == depth]
+        emb = {k: at_last_step(hw, k, depth, "grad_ratio").get("encoder embeddings") for k in kinds}
+        if "sum" not in kinds or len(kinds) < 2 or None in emb.values():
+            continue
+        holds &= all(emb["sum"] > v for k, v in emb.items() if k != "sum")
+        said.append(f"at {depth} layers " + ", ".join(f"{k} {v:.3g}" for k, v in emb.items()))
+    if said:
+        lines += ["**1. \"The gradient flows back unimpeded through a sum.\"** The gradient norm reaching the "
+                  "encoder's token embeddings, over the top layer's, at the last update: " + "; ".join(said)
+                  + (". The sum passes the most gradient down at every depth: the figures support it."
+                     if holds else ". The sum does not pass the most gradient down at every depth: the "
+                     "figures do not support it as stated."), ""]
+    # 2. a gentle correction: |f(x)| / |x| of the summed sub-layers
+    for depth in depths:
+        update = list(at_last_step(hw, "sum", depth, "update_ratio").values())
+        if update:
+            lines += [f"**2. \"A summed layer learns a gentle correction.\"** At {depth} layers, `sum`'s "
+                      f"sub-layers change their input by |f(x)| / |x| = {statistics.median(update):.3g} "
+                      f"(median; {min(update):.3g}-{max(update):.3g} over sub-layers) at the last update: "
+                      + ("each is smaller than its input, as the conjecture says." if max(update) < 1 else
+                         "some are as large as their input or larger, which the conjecture does not predict."), ""]
+            break
+    # 3. does concat learn to keep the identity path?
+    for depth in depths:
+        w_x = list(at_last_step(hw, "concat", depth, "w_x").values())
+        w_f = list(at_last_step(hw, "concat", depth, "w_f").values())
+        if w_x:
+            lines += [f"**3. Does `concat` keep an identity path?** At {depth} layers, W's half acting on x "
+                      f"ends at norm {statistics.fmean(w_x):.3g} (sub-layers {min(w_x):.3g}-{max(w_x):.3g}) "
+                      f"and its half acting on f(x) at {statistics.fmean(w_f):.3g}, both 1 at the start "
+                      "(`residual_init`, README): "
+                      + ("it weighs x at least as much as f(x), keeping the path." if statistics.fmean(w_x) >= statistics.fmean(w_f)
+                         else "it weighs f(x) more than x."), ""]
+    # 4. quality against sum, seed-aware
+    if sig:
+        samples = next(iter(next(iter(sig.values())).values()))["samples"]
+        for comparison in next(iter(sig.values())):
+            each = [(t, sig[t][comparison]) for t in corpus.tests]
+            significant = [t for t, s in each if s["p_holm"] < 0.05]
+            lines += [f"**{comparison}:** " + "; ".join(
+                f"{t} {s['delta']:+.2f} BLEU [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}], "
+                f"{p_is(s['p_holm'], samples, 'Holm p')}" for t, s in each)
+                + (f": significant after Holm's adjustment on {', '.join(significant)}." if significant
+                   else ": within noise after Holm's adjustment on every test set."), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def plot_highway(hw: list[dict], cells: list[tuple[str, int]], path: Path) -> None:
+    """The gradient-norm ratio by layer along training, one panel per (kind, depth): the token
+    embeddings and each encoder layer's input over the top layer's output (decoder dashed)."""
+    plt = pyplot()
+    depths = sorted({d for _, d in cells})
+    kinds = [k for k in KINDS if any(k == c for c, _ in cells)]
+    fig, axes = plt.subplots(len(kinds), len(depths), figsize=(3.6 * len(depths) + 1.6, 2.6 * len(kinds)),
+                             squeeze=False, sharey=True)
+    for i, kind in enumerate(kinds):
+        for j, depth in enumerate(depths):
+            ax = axes[i][j]
+            mine = [r for r in hw if (r["kind"], r["layers"], r["measure"]) == (kind, depth, "grad_ratio")]
+            if not mine:
+                ax.set_axis_off()
+                continue
+            for side, style in (("encoder", "-"), ("decoder", "--")):
+                parts = [f"{side} embeddings"] + [f"{side} layer {n} input" for n in range(1, depth + 1)]
+                for n, part in enumerate(parts):
+                    points = sorted((r["step"], r["value"]) for r in mine if r["part"] == part)
+                    if points:
+                        ax.plot(*zip(*points), style, color=plt.cm.viridis(n / max(1, len(parts) - 1)),
+                                label=part.removeprefix(f"{side} ") if side == "encoder" else None)
+            ax.set(yscale="log", title=f"{kind}, {depth} layers", xlabel="update" if i == len(kinds) - 1 else None,
+                   ylabel="grad norm / top layer's" if j == 0 else None)
+            ax.grid(alpha=0.3)
+    handles, labels = next(ax for row in axes for ax in row if ax.axison).get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.995, 0.95), fontsize="small",
+               title="encoder (decoder dashed)")
+    fig.suptitle("The gradient highway: gradient reaching each layer's input, mean over seeds")
+    save_figure(fig, path)
+
+
+def run(args) -> None:
+    data = config.load(args.params, "data", config.DataConfig)
+    study = config.load(args.params, "residual_study", config.ResidualStudyConfig)
+    report = config.load(args.params, "report", config.ReportConfig)
+    layers = config.load_value(args.params, "model.layers", config.Positive)
+    seeds = config.load_list(args.params, "seeds", config.NonNegative)
+    corpus, raw = corpora.get(data.corpus), Path(args.raw)
+    cells = groups(study, layers)
+    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs), Path(args.models)), corpus)
+    rows = table_rows(runs, cells, seeds, corpus)
+    sig = significance(runs, cells, seeds, corpus, raw, report.bootstrap_samples, report.bootstrap_seed)
+    hw = highway_rows(runs, cells, seeds)
+    figures = Path(args.figures)
+    files.clear(figures / "*.png", figures / "*.svg", args.table_md, args.findings_md, args.table_json,
+                args.highway_csv)  # never a mix of two runs' outputs
+    plot_highway(hw, cells, figures / "highway.png")
+    files.write_text(args.highway_csv, to_csv(hw, ["kind", "layers", "step", "part", "measure", "value", "seeds"]))
+    files.write_json(args.table_json, {"table": rows, "significance": sig})
+    files.write_text(args.table_md, markdown(rows, sig, hw, cells, seeds, corpus))
+    files.write_text(args.findings_md, findings(rows, sig, hw, cells, corpus))
+    print(f"residuals: {len(cells)} cells x {len(seeds)} seeds -> {args.table_md}")

@@ -1,0 +1,55 @@
+"""Figures over seeds as tables: the mean ± std of a column, Markdown and CSV, p-values as text.
+Shared by the reports (posenc.stages.report and the studies' reports beside it)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+
+
+def decimals(mean: float) -> int:
+    """How many decimals a mean (and its std) is kept and shown to: 2 above 10, else 3."""
+    return 2 if abs(mean) > 10 else 3
+
+
+def summarize(values: list[float]) -> dict:
+    """{"mean", "std" (None for one value), "n"} of one column over seeds."""
+    mean = statistics.fmean(values)
+    return {"mean": round(mean, decimals(mean)), "std": round(statistics.stdev(values), 3)
+            if len(values) > 1 else None, "n": len(values)}
+
+
+def cell(s: dict | None) -> str:
+    """`mean ± std`, both to the mean's decimals."""
+    if s is None:
+        return ""
+    d = decimals(s["mean"])
+    return f"{s['mean']:.{d}f}" + (f" ± {s['std']:.{d}f}" if s.get("std") is not None else "")
+
+
+def span(values: list[float], spec: str) -> str:
+    """"lowest-highest" of the values, each formatted by `spec`."""
+    return f"{min(values):{spec}}-{max(values):{spec}}"
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def p_text(p: float, samples: int) -> str:
+    """A bootstrap p-value: "< 1/samples" where no resample fell on the other side."""
+    return f"< {1 / samples:g}" if p == 0 else f"{p:g}"
+
+
+def p_is(p: float, samples: int, name: str = "p") -> str:
+    """"p = 0.12", or "p < 0.001" where no resample fell on the other side."""
+    return f"{name} {p_text(p, samples)}" if p == 0 else f"{name} = {p_text(p, samples)}"
+
+
+def to_csv(rows: list[dict], columns: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()

@@ -1,0 +1,105 @@
+"""The residual study's report (posenc residuals) on constructed runs: which cells it compares,
+the table and test against `sum` at the same depth, and findings that follow the figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from posenc import config, corpora
+from posenc.errors import UserError
+from posenc.stages.residuals import findings, groups, highway_rows, load, markdown, run_dirs, significance, table_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+REFS = [f"a small dog number {i} runs across the green field" for i in range(40)]
+SEEDS = (1, 2)
+
+
+def test_the_cells_are_each_depths_sum_then_the_other_kinds():
+    study = config.load(ROOT / "params.yaml", "residual_study", config.ResidualStudyConfig)
+    assert groups(study, 3) == [("sum", 3), ("concat", 3), ("none", 3), ("sum", 6), ("concat", 6), ("none", 6)]
+    tiny = config.ResidualStudyConfig(kinds=("concat",), depths=(1,), sum_depths=())
+    assert groups(tiny, 1) == [("sum", 1), ("concat", 1)]
+    # no sum at a depth: its kinds are reported, not tested
+    assert groups(config.ResidualStudyConfig(("none",), (6,), ()), 3) == [("sum", 3), ("none", 6)]
+
+
+def test_a_study_listing_a_depth_twice_is_refused(tmp_path):
+    text = (ROOT / "params.yaml").read_text().replace("depths: [3, 6]", "depths: [3, 3]", 1)
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(UserError, match=r"residual_study.depths: \[3, 3\] lists a value twice"):
+        config.load(tmp_path / "p.yaml", "residual_study", config.ResidualStudyConfig)
+
+
+def _write_run(where: Path, model_dir: Path, cut: int, emb: float, update: float, w: tuple | None):
+    """One run: hypotheses that drop `cut` words of each reference, its metrics, and a highway
+    log whose embedding ratio is `emb` at both logged updates."""
+    corpus = corpora.get("multi30k")
+    (where / "hyps").mkdir(parents=True)
+    for split in corpus.scored:
+        (where / "hyps" / f"{split}.de").write_text("".join(" ".join(r.split()[:10 - cut]) + "\n" for r in REFS))
+    (where / "metrics.json").write_text(json.dumps({"parameters": 1000, "dev_ppl": 5.0 + cut,
+                                                    **{f"bleu_{s}": 30.0 - cut for s in corpus.scored}}))
+    (where / "scores.json").write_text(json.dumps({f"{m}_{s}": 50.0 - cut for m in ("chrf", "bleu_tok")
+                                                   for s in corpus.scored}))
+    model_dir.mkdir(parents=True)
+    rows = ["step\tpart\tmeasure\tvalue"]
+    for step in (100, 200):
+        rows += [f"{step}\tencoder embeddings\tgrad_ratio\t{emb}", f"{step}\tdecoder embeddings\tgrad_ratio\t{emb}",
+                 f"{step}\tencoder layer 1 input\tgrad_ratio\t{emb * 2}",
+                 f"{step}\tencoder layer 1 self-attention\tupdate_ratio\t{update}"]
+        if w:
+            rows += [f"{step}\tencoder layer 1 self-attention\tw_x\t{w[0]}",
+                     f"{step}\tencoder layer 1 self-attention\tw_f\t{w[1]}"]
+    (model_dir / "highway_log.tsv").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def study(tmp_path):
+    """sum (the positional sinusoidal run), concat and none at 1 layer, two seeds each: concat's
+    outputs drop one word more than sum's, none's three; the embeddings' gradient ratio is 0.9 for
+    sum, 0.5 for concat, 0.01 for none."""
+    corpus = corpora.get("multi30k")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in corpus.scored:
+        (raw / f"{split}.de").write_text("\n".join(REFS) + "\n")
+    cells = [("sum", 1), ("concat", 1), ("none", 1)]
+    for seed in SEEDS:
+        _write_run(tmp_path / f"runs/sinusoidal-{seed}", tmp_path / f"models/sinusoidal-{seed}", 1, 0.9, 0.3, None)
+        _write_run(tmp_path / f"residual/concat-1-{seed}", tmp_path / f"models/residual-concat-1-{seed}", 2, 0.5,
+                   0.6, (1.2, 0.8))
+        _write_run(tmp_path / f"residual/none-1-{seed}", tmp_path / f"models/residual-none-1-{seed}", 4, 0.01,
+                   2.0, None)
+    dirs = run_dirs(cells, SEEDS, 1, tmp_path / "runs", tmp_path / "residual", tmp_path / "models")
+    return load(dirs, corpus), cells, raw
+
+
+def test_table_test_and_findings_follow_the_figures(study):
+    runs, cells, raw = study
+    corpus = corpora.get("multi30k")
+    rows = table_rows(runs, cells, SEEDS, corpus)
+    assert [(r["kind"], r["dev_ppl"]["mean"]) for r in rows] == [("sum", 6.0), ("concat", 7.0), ("none", 9.0)]
+    sig = significance(runs, cells, SEEDS, corpus, raw, 100, 1)
+    for t in corpus.tests:
+        assert list(sig[t]) == ["concat vs sum, 1 layers", "none vs sum, 1 layers"]
+        assert sig[t]["none vs sum, 1 layers"]["delta"] < sig[t]["concat vs sum, 1 layers"]["delta"] < 0
+        assert all(c["p_holm"] >= c["p"] for c in sig[t].values())
+    hw = highway_rows(runs, cells, SEEDS)
+    text = markdown(rows, sig, hw, cells, SEEDS, corpus)
+    assert "| concat | 1 | 1,000 | 7.000 ± 0.000 |" in text
+    assert "| none | 1 | 0.01 | 0.01 | 2 |  |" in text and "| concat | 1 | 0.5 | 0.5 | 0.6 | 1.2 / 0.8 |" in text
+    said = findings(rows, sig, hw, cells, corpus)
+    assert "at 1 layers sum 0.9, concat 0.5, none 0.01. The sum passes the most gradient down" in said
+    assert "|f(x)| / |x| = 0.3" in said and "each is smaller than its input" in said
+    assert "W's half acting on x ends at norm 1.2" in said and "keeping the path" in said
+    assert "**none vs sum, 1 layers:**" in said
+
+
+def test_a_missing_evaluation_names_the_stage_that_makes_it(tmp_path):
+    with pytest.raises(UserError, match=r"runs/sinusoidal-1/metrics.json: missing \(6 evaluations in all\); "
+                                        r"run `dvc repro evaluate_residual evaluate_residual_sum evaluate`"):
+        run_dirs([("sum", 1), ("concat", 1), ("none", 1)], SEEDS, 1, tmp_path / "runs", tmp_path / "residual",
+                 tmp_path / "models")
