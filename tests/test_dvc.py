@@ -25,7 +25,7 @@ PACKAGE = ROOT / "src" / "posenc"
 
 
 def module_of(stage: dict) -> str:
-    name = re.search(r"-m posenc (\w+)|^posenc (\w+)", stage["cmd"].strip())
+    name = re.search(r"-m posenc ([\w-]+)|^posenc ([\w-]+)", stage["cmd"].strip())
     return cli.STAGES[name.group(1) or name.group(2)][0]
 
 

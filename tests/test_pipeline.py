@@ -79,7 +79,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
                    for n in study["sum_depths"] for s in seeds})
     shorts = {f"{stage}@{v}-{s}" for stage in ("train_short", "evaluate_short") for v in short["variants"]
               for s in seeds}
-    assert {"fetch", "prepare", "shorten", "report", "analyze", "residuals"} | residual | shorts | {
+    assert {"fetch", "prepare", "shorten", "report", "analyze", "residuals", "trained_short"} | residual | shorts | {
         f"{s}@{r}" for s in ("train", "evaluate", "extrapolate") for r in runs} == set(stages)
     table = (work / "results/table.md").read_text()
     assert all(f"| {v} |" in table for v in variants)
@@ -90,11 +90,12 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     residual_table = (work / "results/residual/table.md").read_text()  # the residual study, end to end
     assert "| sum | 1 |" in residual_table and "| concat | 1 |" in residual_table
     assert "concat vs sum, 1 layers" in residual_table
+    assert "# §3.5 trained short, tested long" in (work / "results/short/table.md").read_text()
     findings = (work / "results/findings.md").read_text()
     assert "### Sum against concatenation" in findings and "holds here on" in findings
     for name in ("figures/learning_curves", "figures/bleu_by_length", "figures/extrapolation",
                  "analysis_figures/position_variance",
-                 "analysis_figures/logit_terms", "analysis_figures/word_order", "residual/figures/highway"):
+                 "analysis_figures/logit_terms", "analysis_figures/word_order", "residual/figures/highway", "short/figures/bleu_by_length"):
         assert (work / "results" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
         assert b"<svg" in (work / "results" / f"{name}.svg").read_bytes()[:1000]  # a vector copy
     metrics = {p: (work / p).read_text() for p in ("results/table.json", "results/analysis.json")}

@@ -48,7 +48,7 @@ def test_a_bound_no_pair_meets_is_one_line_and_leaves_nothing(tiny_data):
 
 
 def test_bucket_bounds_cover_every_length_once():
-    from posenc.stages.lengths import bucket_bounds, bucket_name, by_bucket
+    from posenc.buckets import bucket_bounds, bucket_name, by_bucket
 
     bounds = bucket_bounds(16, (20, 25))
     assert [bucket_name(*b) for b in bounds] == ["1-16", "17-20", "21-25", "26+"]
@@ -58,7 +58,7 @@ def test_bucket_bounds_cover_every_length_once():
 def test_a_short_run_is_scored_by_source_length_from_its_saved_hypotheses(tiny_data):
     from posenc import config, tokens
     from posenc.scoring import score
-    from posenc.stages.lengths import bucket_bounds, by_bucket
+    from posenc.buckets import bucket_bounds, by_bucket
 
     r = posenc("shorten", "--arrays", "data/prepared/arrays", "--spm", "data/prepared/spm.model",
                "--out", "data/short/arrays", "--stats", "data/short/stats.json", cwd=tiny_data)

@@ -64,6 +64,13 @@ STAGES = {
         "--curves-csv": "every run's dev perplexity by update, CSV to write (the DVC plot)",
         "--extrapolation-csv": "BLEU by k per variant and test set, CSV to write",
         "--figures": "directory for the PNG figures"}),
+    "trained-short": ("posenc.stages.trained_short", "§3.5 trained short: BLEU by source length over seeds, the share kept beyond L, tested", {
+        "--short-runs": "directory of the short runs' results (lengths.json, hyps/)",
+        "--spm": "SentencePiece model (its EOS id)", "--arrays": "encoded splits (the source lengths)",
+        "--raw": "references", "--table-md": "Markdown table to write",
+        "--findings-md": "Markdown of the conclusions to write", "--table-json": "JSON table to write",
+        "--by-length-csv": "BLEU by length bucket per variant, CSV to write",
+        "--figures": "directory for the figures"}),
     "residuals": ("posenc.stages.residuals", "the residual study: sum, concat, none over seeds, the seed-aware test, the gradient highway", {
         "--runs": "directory of the positional runs' results (sum at model.layers is sinusoidal's)",
         "--residual-runs": "directory of the residual runs' results (metrics.json, hyps/)",

@@ -22,6 +22,7 @@ one run per system: it says how sure one can be about these two runs, not about 
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -48,21 +49,53 @@ def seed_bootstrap(baseline: list[np.ndarray], other: list[np.ndarray], samples:
     `baseline` and `other` hold one `sentence_statistics` array per training seed, all on the
     same sentences. Returns the observed difference, the 95% percentile interval and the p-value.
     """
-    n = baseline[0].shape[0]
-    observed = (np.mean([corpus_bleu(s.sum(0)) for s in other])
-                - np.mean([corpus_bleu(s.sum(0)) for s in baseline]))
+    return _two_level([(s,) for s in baseline], [(s,) for s in other], corpus_bleu, samples, seed)
+
+
+def kept_share(within: np.ndarray, beyond: np.ndarray) -> float:
+    """§3.5 trained short: the share of its BLEU within the training lengths that a run keeps
+    beyond them, BLEU(beyond) / BLEU(within), from summed statistics; NaN where BLEU within is 0."""
+    inside = corpus_bleu(within)
+    return corpus_bleu(beyond) / inside if inside > 0 else float("nan")
+
+
+def kept_share_bootstrap(baseline: list[tuple[np.ndarray, np.ndarray]],
+                         other: list[tuple[np.ndarray, np.ndarray]], samples: int, seed: int) -> dict:
+    """Two-level bootstrap of mean kept share (`kept_share`) of the other seeds minus the
+    baseline's: each run is (its statistics within L, beyond L), the two sets of sentences
+    resampled independently, the same sentences for every run. A resample whose BLEU within L is
+    0 for a drawn run has no share and is left out (`samples` says how many were used)."""
+    return _two_level(baseline, other, kept_share, samples, seed)
+
+
+def _two_level(baseline: list[tuple[np.ndarray, ...]], other: list[tuple[np.ndarray, ...]], statistic,
+               samples: int, seed: int) -> dict:
+    """The two-level bootstrap (module docstring) of mean statistic(other) - mean statistic(baseline),
+    where a run is a tuple of `sentence_statistics` arrays, one per set of sentences, and
+    `statistic` takes their (resampled) column sums."""
+    sizes = [a.shape[0] for a in baseline[0]]
+
+    def value(run, weights) -> float:
+        return statistic(*(w @ a for w, a in zip(weights, run)))
+
+    everything = [np.ones(n, dtype=np.int64) for n in sizes]
+    observed = (np.mean([value(r, everything) for r in other]) - np.mean([value(r, everything) for r in baseline]))
     rng = np.random.default_rng(seed)
     deltas = np.empty(samples)
     for b in range(samples):
         pick_base = rng.integers(len(baseline), size=len(baseline))
         pick_other = rng.integers(len(other), size=len(other))
-        weights = np.bincount(rng.integers(n, size=n), minlength=n)  # the resampled sentences
-        base = np.mean([corpus_bleu(weights @ baseline[i]) for i in pick_base])
-        deltas[b] = np.mean([corpus_bleu(weights @ other[i]) for i in pick_other]) - base
+        weights = [np.bincount(rng.integers(n, size=n), minlength=n) for n in sizes]  # the resampled sentences
+        base = np.mean([value(baseline[i], weights) for i in pick_base])
+        deltas[b] = np.mean([value(other[i], weights) for i in pick_other]) - base
+    deltas = deltas[~np.isnan(deltas)]
+    if not math.isfinite(observed) or deltas.size == 0:
+        return {"delta": None, "ci": None, "p": None, "samples": int(deltas.size)}
     low, high = np.percentile(deltas, [2.5, 97.5])
     p = min(1.0, 2 * min(float(np.mean(deltas <= 0)), float(np.mean(deltas >= 0))))
-    return {"delta": round(float(observed), 2), "ci": [round(float(low), 2), round(float(high), 2)],
-            "p": round(p, 4), "samples": samples}
+    digits = 2 if statistic is corpus_bleu else 4  # BLEU points; shares of BLEU
+    return {"delta": round(float(observed), digits), "ci": [round(float(low), digits), round(float(high), digits)],
+            "p": round(p, 4), "samples": int(deltas.size)}
 
 
 def holm(p_values: dict) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posenc import config, corpora, files, runtime, tokens
+from posenc.buckets import bucket_bounds, bucket_name, by_bucket
 from posenc.checkpoints import load_model
 from posenc.config import EvalConfig, ShortTrainingConfig
 from posenc.corpora import SRC
@@ -21,22 +22,6 @@ from posenc.decode import check_beam, translate
 from posenc.model import check_lengths
 from posenc.runs import hypothesis_files, hypothesis_path
 from posenc.scoring import read_references, score
-
-
-def bucket_bounds(max_len: int, beyond: tuple[int, ...]) -> list[tuple[int, int | None]]:
-    """[(1, L), (L + 1, b1), (b1 + 1, b2), ..., (b_last + 1, None)]: inclusive source lengths."""
-    uppers = (max_len, *beyond)
-    return [(1, max_len)] + [(a + 1, b) for a, b in zip(uppers, uppers[1:])] + [(uppers[-1] + 1, None)]
-
-
-def bucket_name(low: int, high: int | None) -> str:
-    return f"{low}-{high}" if high is not None else f"{low}+"
-
-
-def by_bucket(lengths: list[int], bounds: list[tuple[int, int | None]]) -> list[list[int]]:
-    """The indices of `lengths` in each bucket of `bounds`."""
-    return [[i for i, n in enumerate(lengths) if low <= n and (high is None or n <= high)]
-            for low, high in bounds]
 
 
 def run(args) -> None:

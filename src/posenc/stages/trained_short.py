@@ -1,0 +1,220 @@
+"""Stage `trained_short`: §3.5's second protocol, reported. Every short run (trained on pairs of
+at most L = short_training.max_len subwords, dvc.yaml's train_short) was scored by source length
+(posenc.stages.lengths); this stage puts them side by side: BLEU per length bucket over seeds, and
+the question each variant answers, how much of its BLEU within L it keeps beyond L, against
+`sinusoidal` (the paper's claim) and against `none` (no positions: its loss beyond L is the part
+that does not come from positions at all), with the seed-aware test and Holm's adjustment of the
+positional report (posenc.significance).
+
+Sentence lengths come from the encoded sources (EOS included, as the lengths stage bucketed them),
+the hypotheses from each run's saved files, the references untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from posenc import config, corpora, files, tokens
+from posenc.buckets import bucket_bounds, bucket_name, by_bucket
+from posenc.config import ShortTrainingConfig
+from posenc.corpora import SRC
+from posenc.errors import UserError
+from posenc.figures import pyplot, save_figure
+from posenc.runs import HYPS, hypothesis_path, run_name
+from posenc.scoring import read_references
+from posenc.significance import holm, kept_share, kept_share_bootstrap, sentence_statistics
+from posenc.tables import cell, markdown_table, p_is, summarize, to_csv
+
+LENGTHS = "lengths.json"  # the lengths stage's, per run
+REFERENCES = ("sinusoidal", "none")  # what each variant's kept share is tested against
+
+
+def load_runs(short_runs: Path, variants: tuple[str, ...], seeds: tuple[int, ...]) -> dict:
+    """{(variant, seed): {"lengths": lengths.json, "hyps": its hypotheses directory}}."""
+    out = {}
+    for v in variants:
+        for s in seeds:
+            where = Path(short_runs) / run_name(v, s)
+            if not (where / LENGTHS).is_file():
+                raise UserError(f"{where / LENGTHS}: missing; run `dvc repro evaluate_short@{run_name(v, s)}`")
+            out[v, s] = {"lengths": json.loads((where / LENGTHS).read_text(encoding="utf-8")), "hyps": where / HYPS}
+    return out
+
+
+def sentence_sets(runs: dict, sources: dict[str, list], raw: Path, short: ShortTrainingConfig) -> tuple[dict, list]:
+    """Per run, its sentence statistics within L and beyond L (pooled over the scored splits, in
+    the lengths stage's order); and the buckets' sentence indices."""
+    lengths = [len(s) for split in sources for s in sources[split]]
+    references = [r for split in sources for r in read_references(raw, split, len(sources[split]),
+                                                                  sources=len(sources[split]))]
+    buckets = by_bucket(lengths, bucket_bounds(short.max_len, short.buckets))
+    within, beyond = buckets[0], [i for b in buckets[1:] for i in b]
+    out = {}
+    for key, run in runs.items():
+        hyps = []
+        for split in sources:
+            lines = files.read_lines(hypothesis_path(run["hyps"], split))
+            if len(lines) != len(sources[split]):
+                raise UserError(f"{hypothesis_path(run['hyps'], split)}: {len(lines)} lines for "
+                                f"{len(sources[split])} sources; re-run `dvc repro -f evaluate_short@{run_name(*key)}`")
+            hyps += lines
+        stats = sentence_statistics(hyps, references)
+        out[key] = (stats[within], stats[beyond])
+    return out, buckets
+
+
+def table_rows(runs: dict, sets: dict, variants: tuple[str, ...], seeds: tuple[int, ...]) -> list[dict]:
+    """Per variant: each bucket's BLEU, chrF, length ratio (mean ± std over seeds), the outputs
+    that stop at or before L (all seeds), and the kept share (mean ± std)."""
+    rows = []
+    for v in variants:
+        buckets = [runs[v, s]["lengths"]["buckets"] for s in seeds]
+        row = {"variant": v, "buckets": []}
+        for i, first in enumerate(buckets[0]):
+            each = [b[i] for b in buckets]
+            row["buckets"].append({
+                "sources": first["sources"], "sentences": first["sentences"],
+                **{m: summarize([e[m] for e in each]) for m in ("bleu", "chrf", "length_ratio") if m in first},
+                "stopped_within_max_len": sum(e["stopped_within_max_len"] for e in each),
+                "outputs": first["sentences"] * len(each)})
+        shares = [kept_share(w.sum(0), b.sum(0)) for w, b in (sets[v, s] for s in seeds)]
+        row["kept"] = None if any(math.isnan(x) for x in shares) else summarize(shares)
+        rows.append(row)
+    return rows
+
+
+def significance(sets: dict, variants: tuple[str, ...], seeds: tuple[int, ...], samples: int, seed: int) -> dict:
+    """Each variant's kept share against `sinusoidal` and against `none` (where run), Holm-adjusted
+    over the whole family: {"<variant> vs <reference>": bootstrap result}."""
+    result = {}
+    for ref in (r for r in REFERENCES if r in variants):
+        for v in variants:
+            if v != ref and f"{ref} vs {v}" not in result:
+                result[f"{v} vs {ref}"] = kept_share_bootstrap([sets[ref, s] for s in seeds],
+                                                               [sets[v, s] for s in seeds], samples, seed)
+    tested = {c: r["p"] for c, r in result.items() if r["p"] is not None}
+    for c, p in holm(tested).items():
+        result[c]["p_holm"] = p
+    return result
+
+
+def markdown(rows: list[dict], sig: dict, short: ShortTrainingConfig, seeds: tuple[int, ...],
+             samples: int) -> str:
+    names = [b["sources"] for b in rows[0]["buckets"]]
+    counts = ", ".join(f"{b['sources']}: {b['sentences']:,}" for b in rows[0]["buckets"])
+    lines = ["# §3.5 trained short, tested long", "",
+             f"Every variant trained on the pairs of at most L = {short.max_len} subwords a side (EOS "
+             f"included), {len(seeds)} seed{'s' if len(seeds) > 1 else ''}, then translating every "
+             "natural sentence of the evaluation splits, pooled and bucketed by source length in "
+             f"subwords (sentences per bucket: {counts}). BLEU per bucket (mean ± standard deviation "
+             "over seeds), and the share of its BLEU within L that a variant keeps beyond L "
+             "(BLEU of every sentence beyond L over BLEU within L)."
+             + (f" The rows of `learned`'s position table beyond L = {short.max_len} were never trained: "
+                "what it translates beyond L, it translates with untrained positions (the point of §3.5)."
+                if any(r["variant"] == "learned" for r in rows) else ""), ""]
+    lines += markdown_table(["variant", *(f"BLEU {n}" + (" (within L)" if i == 0 else "") for i, n in enumerate(names)),
+                             "kept beyond L"],
+                            [[r["variant"]] + [cell(b.get("bleu")) for b in r["buckets"]] + [cell(r["kept"]) or "n/a"]
+                             for r in rows])
+    lines += ["", "Outputs that stop at or before L target positions (EOS included), all seeds, and BLEU's "
+              "length ratio (mean over seeds), per bucket:", ""]
+    lines += markdown_table(["variant", *names],
+                            [[r["variant"]] + [f"{b['stopped_within_max_len'] / max(b['outputs'], 1):.0%} "
+                                               f"(ratio {b['length_ratio']['mean']:.3g})" if "length_ratio" in b
+                                               else "-" for b in r["buckets"]] for r in rows])
+    if sig:
+        lines += ["", "The kept share of each variant against `sinusoidal` and against `none`, over seeds and "
+                  f"sentences (two-level bootstrap, {samples} resamples, the sentences within and beyond L "
+                  "drawn apart): the difference, its 95% interval, the p-value and the Holm-adjusted one.", ""]
+        lines += markdown_table(["comparison", "difference of kept share"], [
+            [c, f"{r['delta']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}], {p_is(r['p'], samples)} "
+                f"({p_is(r['p_holm'], samples, 'Holm p')})" if r["p"] is not None
+             else "n/a (a run's BLEU within L is 0)"] for c, r in sig.items()])
+    return "\n".join(lines) + "\n"
+
+
+def findings(rows: list[dict], sig: dict, short: ShortTrainingConfig, samples: int) -> str:
+    """What the figures support (generated: no conclusion outlives its numbers)."""
+    lines = ["## §3.5 trained short, tested long: what the figures support", ""]
+    kept = {r["variant"]: r["kept"] for r in rows}
+    if all(k is None for k in kept.values()):
+        return "\n".join(lines + ["No variant has a BLEU above 0 within L: the runs support no conclusion.", ""])
+    ranked = sorted((v for v in kept if kept[v]), key=lambda v: -kept[v]["mean"])
+    lines += [f"Beyond L = {short.max_len} subwords the variants keep, of their BLEU within L: "
+              + ", ".join(f"{v} {kept[v]['mean']:.0%}" for v in ranked) + ".", ""]
+    for ref in REFERENCES:
+        mine = {c: r for c, r in sig.items() if c.endswith(f" vs {ref}") and r["p"] is not None}
+        if not mine:
+            continue
+        more = [c.split(" vs ")[0] for c, r in mine.items() if r["p_holm"] < 0.05 and r["delta"] > 0]
+        less = [c.split(" vs ")[0] for c, r in mine.items() if r["p_holm"] < 0.05 and r["delta"] < 0]
+        lines += [f"**Against `{ref}`** (Holm-adjusted, {samples} resamples): "
+                  + (f"keep more: {', '.join(more)}; " if more else "none keeps significantly more; ")
+                  + (f"keep less: {', '.join(less)}." if less else "none keeps significantly less.")
+                  + (" The sinusoids' claim of §3.5, that they extrapolate better than a learned table, holds "
+                     "here only where `learned` keeps significantly less." if ref == "sinusoidal" else ""), ""]
+    stops = {r["variant"]: sum(b["stopped_within_max_len"] for b in r["buckets"][1:])
+             / max(1, sum(b["outputs"] for b in r["buckets"][1:])) for r in rows}
+    lines += ["Early stops beyond L (outputs of a source longer than L that end at or before L target "
+              "positions): " + ", ".join(f"{v} {s:.0%}" for v, s in stops.items())
+              + ". Where they are high, the drop beyond L is the stop learned from short targets (Varis & "
+              "Bojar 2021) rather than the position scheme.", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def plot(rows: list[dict], short: ShortTrainingConfig, seeds: tuple[int, ...], runs: dict, path: Path) -> None:
+    """BLEU by source-length bucket, one line per variant (mean over seeds) with the band from the
+    lowest to the highest seed; L marked."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    names = [b["sources"] for b in rows[0]["buckets"]]
+    for r in rows:
+        per_seed = [[b.get("bleu", 0.0) for b in runs[r["variant"], s]["lengths"]["buckets"]] for s in seeds]
+        mean = [statistics.fmean(c) for c in zip(*per_seed)]
+        line, = ax.plot(range(len(names)), mean, marker="o", label=r["variant"])
+        if len(seeds) > 1:
+            ax.fill_between(range(len(names)), [min(c) for c in zip(*per_seed)], [max(c) for c in zip(*per_seed)],
+                            color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.axvline(0.5, color="0.4", linestyle="--", linewidth=1)
+    ax.text(0.52, 0.98, f"L = {short.max_len}", transform=ax.get_xaxis_transform(), va="top", fontsize="small")
+    ax.set_xticks(range(len(names)), [f"{n}\nn = {b['sentences']}" for n, b in zip(names, rows[0]["buckets"])])
+    ax.set(xlabel="source length (subwords, EOS included)", ylabel="BLEU (mean over seeds, band: lowest-highest)",
+           title=f"Trained on pairs of at most {short.max_len} subwords, {len(seeds)} seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    save_figure(fig, path)
+
+
+def run(args) -> None:
+    data = config.load(args.params, "data", config.DataConfig)
+    short = config.load(args.params, "short_training", ShortTrainingConfig)
+    report = config.load(args.params, "report", config.ReportConfig)
+    limit = config.load_value(args.params, "eval.max_sentences", config.NonNegative) or None
+    seeds = config.load_list(args.params, "seeds", config.NonNegative)
+    corpus = corpora.get(data.corpus)
+    eos = tokens.load_tokenizer(Path(args.spm)).eos_id()
+    sources = {split: tokens.load(tokens.array_path(Path(args.arrays), split, SRC), eos)[:limit]
+               for split in corpus.scored}
+    runs = load_runs(Path(args.short_runs), short.variants, seeds)
+    sets, _ = sentence_sets(runs, sources, Path(args.raw), short)
+    rows = table_rows(runs, sets, short.variants, seeds)
+    sig = significance(sets, short.variants, seeds, report.bootstrap_samples, report.bootstrap_seed)
+    figures = Path(args.figures)
+    files.clear(figures / "*.png", figures / "*.svg", args.table_md, args.findings_md, args.table_json,
+                args.by_length_csv)  # never a mix of two runs' outputs
+    plot(rows, short, seeds, runs, figures / "bleu_by_length.png")
+    files.write_text(args.by_length_csv, to_csv(
+        [{"variant": r["variant"], "sources": b["sources"], "sentences": b["sentences"],
+          "bleu": b["bleu"]["mean"] if "bleu" in b else "", "bleu_std": b["bleu"]["std"] if "bleu" in b else "",
+          "stopped_within_max_len": b["stopped_within_max_len"], "outputs": b["outputs"]}
+         for r in rows for b in r["buckets"]],
+        ["variant", "sources", "sentences", "bleu", "bleu_std", "stopped_within_max_len", "outputs"]))
+    files.write_json(args.table_json, {"max_len": short.max_len, "table": rows, "significance": sig})
+    files.write_text(args.table_md, markdown(rows, sig, short, seeds, report.bootstrap_samples))
+    files.write_text(args.findings_md, findings(rows, sig, short, report.bootstrap_samples))
+    print(f"trained_short: {len(rows)} variants x {len(seeds)} seeds, L = {short.max_len} -> {args.table_md}")

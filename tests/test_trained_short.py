@@ -1,0 +1,86 @@
+"""§3.5 trained short, tested long, reported (posenc trained-short) on constructed runs: the share
+of BLEU within L kept beyond L, its seed-aware test against sinusoidal and none, and findings that
+follow the figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from posenc.config import ShortTrainingConfig
+from posenc.errors import UserError
+from posenc.significance import corpus_bleu, kept_share, kept_share_bootstrap, sentence_statistics
+from posenc.stages.trained_short import findings, load_runs, markdown, sentence_sets, significance, table_rows
+
+SHORT = ShortTrainingConfig(max_len=6, variants=("sinusoidal", "learned", "none"), buckets=(9,))
+SEEDS = (1, 2)
+# 30 sentences within L (5 words + EOS = 6 subwords here, one id a word) and 30 beyond (8 and 12)
+WORDS = [f"w{i}" for i in range(40)]
+REFS = ([" ".join(WORDS[i:i + 5]) for i in range(30)] + [" ".join(WORDS[i:i + 7]) for i in range(15)]
+        + [" ".join(WORDS[i:i + 11]) for i in range(15)])
+
+
+def _runs(tmp_path: Path, beyond_cut: dict[str, int]) -> tuple[dict, dict, Path]:
+    """Runs whose hypotheses are the references within L and drop `beyond_cut[variant]` words of
+    every reference beyond L (seed 2 one word more); their lengths.json as the lengths stage writes it."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "val.de").write_text("\n".join(REFS) + "\n")
+    sources = {"val": [np.arange(len(r.split()) + 1) for r in REFS]}  # EOS included
+    for variant, cut in beyond_cut.items():
+        for seed in SEEDS:
+            where = tmp_path / f"runs/{variant}-{seed}"
+            (where / "hyps").mkdir(parents=True)
+            hyps = [r if len(r.split()) <= 5 else " ".join(r.split()[:-(cut + seed - 1)]) for r in REFS]
+            (where / "hyps/val.de").write_text("\n".join(hyps) + "\n")
+            buckets = []
+            for name, idx in (("1-6", range(30)), ("7-9", range(30, 45)), ("10+", range(45, 60))):
+                stats = sentence_statistics([hyps[i] for i in idx], [REFS[i] for i in idx]).sum(0)
+                buckets.append({"sources": name, "sentences": len(idx), "bleu": round(corpus_bleu(stats), 2),
+                                "chrf": 50.0, "length_ratio": 1.0, "stopped_within_max_len": 0})
+            (where / "lengths.json").write_text(json.dumps({"buckets": buckets}))
+    return load_runs(tmp_path / "runs", tuple(beyond_cut), SEEDS), sources, raw
+
+
+def test_the_kept_share_and_its_test_against_sinusoidal_and_none(tmp_path):
+    runs, sources, raw = _runs(tmp_path, {"sinusoidal": 1, "learned": 4, "none": 1})
+    sets, buckets = sentence_sets(runs, sources, raw, SHORT)
+    assert [len(b) for b in buckets] == [30, 15, 15]
+    within, beyond = sets["learned", 1]
+    assert kept_share(within.sum(0), beyond.sum(0)) < kept_share(*(s.sum(0) for s in sets["sinusoidal", 1])) < 1
+    rows = table_rows(runs, sets, SHORT.variants, SEEDS)
+    assert [b["sentences"] for b in rows[0]["buckets"]] == [30, 15, 15]
+    assert rows[0]["buckets"][0]["bleu"]["mean"] == 100.0  # within L the hypotheses are the references
+    sig = significance(sets, SHORT.variants, SEEDS, 200, 1)
+    assert list(sig) == ["learned vs sinusoidal", "none vs sinusoidal", "learned vs none"]
+    assert sig["learned vs sinusoidal"]["delta"] < 0 and sig["learned vs sinusoidal"]["ci"][1] < 0
+    assert sig["none vs sinusoidal"]["delta"] == 0  # the same hypotheses
+    assert all(r["p_holm"] >= r["p"] for r in sig.values())
+    text = markdown(rows, sig, SHORT, SEEDS, 200)
+    assert "| learned vs sinusoidal | -" in text and "were never trained" in text
+    assert "sentences per bucket: 1-6: 30, 7-9: 15, 10+: 15" in text
+    said = findings(rows, sig, SHORT, 200)
+    assert "**Against `sinusoidal`** (Holm-adjusted, 200 resamples): none keeps significantly more; keep less: learned." in said
+
+
+def test_runs_of_bleu_zero_within_l_support_no_conclusion(tmp_path):
+    """The tiny profile's models: no BLEU within L, so no share and no test."""
+    bleu0 = [(np.zeros((3, 10), dtype=np.int64), np.zeros((3, 10), dtype=np.int64))] * 2
+    assert kept_share_bootstrap(bleu0, bleu0, 50, 1)["delta"] is None
+    runs, sources, raw = _runs(tmp_path, {"sinusoidal": 1, "learned": 1, "none": 1})
+    sets = {k: (np.zeros_like(w), b) for k, (w, b) in sentence_sets(runs, sources, raw, SHORT)[0].items()}
+    rows = table_rows(runs, sets, SHORT.variants, SEEDS)
+    assert all(r["kept"] is None for r in rows)
+    assert "support no conclusion" in findings(rows, significance(sets, SHORT.variants, SEEDS, 50, 1), SHORT, 50)
+
+
+def test_a_missing_run_and_a_cut_hypothesis_file_are_one_line(tmp_path):
+    with pytest.raises(UserError, match=r"sinusoidal-1/lengths.json: missing; run `dvc repro evaluate_short@sinusoidal-1`"):
+        load_runs(tmp_path, ("sinusoidal",), SEEDS)
+    runs, sources, raw = _runs(tmp_path, {"sinusoidal": 1})
+    (tmp_path / "runs/sinusoidal-2/hyps/val.de").write_text("one line\n")
+    with pytest.raises(UserError, match=r"val.de: 1 lines for 60 sources; re-run `dvc repro -f evaluate_short@sinusoidal-2`"):
+        sentence_sets(runs, sources, raw, SHORT)
