@@ -32,8 +32,13 @@ TORCH_INDEX ?=
 
 .PHONY: repro pipeline test readme verify clean-venv
 
+# pip itself, pinned: from 25.1 `pip show` prints the licence as pyproject.toml declares it
+# (PEP 639's License-Expression), which the pip a fresh venv brings does not.
+PIP_VERSION := 25.3
+
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock \
 	  $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .

@@ -66,3 +66,12 @@ def test_every_command_that_sets_up_torch_gets_its_numerics_before_torch_loads()
                  if "runtime.setup(" in open(importlib.util.find_spec(module).origin, encoding="utf-8").read()}
     assert "lengths" in computing and "train" in computing
     assert computing == cli.COMPUTES
+
+
+def test_pip_show_names_the_authors_and_the_licence():
+    """The package metadata a user sees (`pip show posenc`, with the pip that `make` pins)."""
+    r = subprocess.run([sys.executable, "-m", "pip", "show", "posenc"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fields = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+    assert fields["Author"] == "The posenc developers"
+    assert fields.get("License-Expression") == "MIT", r.stdout

@@ -25,6 +25,18 @@ def test_statistics_give_sacrebleus_corpus_bleu():
         BLEU().corpus_score(hyps, [REFS]).score, abs=1e-9)
 
 
+def test_sacrebleus_private_statistics_are_what_significance_py_reads():
+    """posenc.significance reads BLEU's private _extract_corpus_statistics (per-sentence sufficient
+    statistics; sacreBLEU has no public call for them): pyproject.toml bounds sacreBLEU below 3, and
+    this fails loudly if a 2.x release moves or reshapes it: one row per sentence, hypothesis and
+    reference length, then matched and total n-grams for n = 1..4."""
+    import sacrebleu
+
+    assert sacrebleu.__version__.split(".")[0] == "2", sacrebleu.__version__
+    rows = BLEU()._extract_corpus_statistics(["the cat sat", "a dog"], [["the cat sat down", "a dog"]])
+    assert [list(r) for r in rows] == [[3, 4, 3, 2, 1, 0, 3, 2, 1, 0], [2, 2, 2, 1, 0, 0, 2, 1, 0, 0]]
+
+
 def test_a_system_better_on_every_seed_is_significant():
     base = [sentence_statistics(degraded(0.6, s), REFS) for s in (1, 2, 3)]
     better = [sentence_statistics(degraded(0.9, s), REFS) for s in (4, 5, 6)]
