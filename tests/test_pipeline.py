@@ -122,7 +122,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert set(plots) == {"results/dev_curves.csv", "results/bleu_by_length.csv"}
     curves = plots["results/dev_curves.csv"][0]["content"]
     assert {v["run"] for v in curves["data"]["values"]} == set(runs)
-    assert curves["encoding"]["color"]["field"] == "run"
+    assert curves["encoding"]["color"]["field"] == "variant" and curves["encoding"]["strokeDash"]["field"] == "seed"
     bars = plots["results/bleu_by_length.csv"][0]["content"]
     assert {v["variant"] for v in bars["data"]["values"]} == set(variants)
 

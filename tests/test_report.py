@@ -247,3 +247,22 @@ def test_a_variant_name_that_is_not_a_variant_is_refused_before_any_path_is_read
     (tmp_path / "p.yaml").write_text("variants: [sinusoidal, ../../../x/evil]\n")
     with pytest.raises(UserError, match=r"variants\[1\]: '../../../x/evil' is not one of 'sinusoidal', "):
         config.load_list(tmp_path / "p.yaml", "variants", config.Variant)
+
+
+def test_the_dvc_charts_colour_each_variant_as_the_figures_do():
+    """One colour-blind-safe colour per variant (posenc.figures.STYLE), the same in the PNG/SVG
+    figures and in DVC's charts; the learning curves' chart dashes by seed, one panel per revision."""
+    import json
+
+    from posenc.config import POSITIONAL
+    from posenc.figures import STYLE
+
+    assert len({STYLE[v][0] for v in POSITIONAL}) == len(POSITIONAL)  # every variant its own colour
+    assert len({STYLE[v][1] for v in POSITIONAL}) == len(POSITIONAL)  # and its own marker
+    for name in ("runs_lines", "grouped_bars"):
+        encoding = json.loads((ROOT / ".dvc/plots" / f"{name}.json").read_text())["encoding"]
+        scale = encoding["color"]["scale"]
+        assert encoding["color"]["field"] == "variant"
+        assert dict(zip(scale["domain"], scale["range"])) == {v: STYLE[v][0] for v in POSITIONAL}
+    lines = json.loads((ROOT / ".dvc/plots/runs_lines.json").read_text())["encoding"]
+    assert lines["strokeDash"]["field"] == "seed" and lines["column"]["field"] == "rev"

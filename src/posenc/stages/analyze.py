@@ -19,6 +19,7 @@ when those change.
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 from pathlib import Path
@@ -31,7 +32,7 @@ from posenc.batching import pad
 from posenc.checkpoints import load_model
 from posenc.corpora import SRC
 from posenc.decode import translate
-from posenc.figures import pyplot, save_figure
+from posenc.figures import STYLE, pyplot, save_figure
 from posenc.runs import model_path
 from posenc.scoring import read_references, score
 
@@ -310,21 +311,31 @@ FLOOR = 1e-6  # variances below this are drawn at it: a log axis has no zero
 def plot(a: dict, figures: Path, shares: tuple[float, ...]) -> None:
     plt = pyplot()
     # 1: each table's dimensions sorted by their variance over positions, both ranges, with the
-    # number of dimensions that hold each share of it marked
+    # number of dimensions that hold each share of it marked. Variants with the same table (the
+    # sinusoid of sinusoidal and sinusoidal_narrow) are drawn once, named together.
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
-    for colour, (name, tables) in enumerate(a["position_variance"].items()):
+    same: dict[str, list[str]] = {}
+    for name, tables in a["position_variance"].items():
+        key = json.dumps(tables, sort_keys=True)
+        same.setdefault(key, []).append(name)
+    for names in same.values():
+        tables = a["position_variance"][names[0]]
+        colour, marker, _ = STYLE[names[0]]
         for key, t in tables.items():
             var = np.maximum(np.sort(np.array(t["variance"]))[::-1], FLOOR)
             short = key == f"L{a['longest_training_sentence']}"
-            line, = ax.plot(np.arange(1, len(var) + 1), var, linestyle="-" if short else "--",
-                            color=f"C{colour}", label=f"{name}, positions 0..{t['positions'] - 1}")
+            ax.plot(np.arange(1, len(var) + 1), var, linestyle="-" if short else "--", color=colour,
+                    label=f"{' and '.join(names)}, positions 0..{t['positions'] - 1}")
             for share in shares:
                 k = round(mean(t[f"dims_{round(share * 100)}pct"]))
-                ax.plot([k], [var[k - 1]], marker="o" if share == shares[0] else "s", color=line.get_color())
+                ax.plot([k], [var[k - 1]], marker="o" if share == shares[0] else "s", color=colour)
+    ax.plot([], [], "k-", label="solid: the positions of training")
+    ax.plot([], [], "k--", label="dashed: the long range (or the table's rows)")
     ax.plot([], [], "ko", label=f"{round(shares[0] * 100)}% of the variance within")
     ax.plot([], [], "ks", label=f"{round(shares[-1] * 100)}% within")
-    ax.set(xlabel="dimensions, sorted by variance", ylabel="variance over positions", yscale="log",
-           ylim=(FLOOR / 2, None), title="How many dimensions move with position")
+    ax.set(xlabel="dimensions, sorted by their variance",
+           ylabel=f"variance of the dimension over positions\n(log; below {FLOOR:g} drawn at {FLOOR:g})",
+           yscale="log", ylim=(FLOOR / 2, None), title="How many dimensions move with position")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, figures / "position_variance.png")
 
@@ -333,13 +344,19 @@ def plot(a: dict, figures: Path, shares: tuple[float, ...]) -> None:
     names = [n for n, r in a["logit_terms"].items() if "undefined" not in r]
     undefined = [n for n in a["logit_terms"] if n not in names]
     bottom = np.zeros(len(names))
-    for term in TERMS:
-        values = np.array([mean(a["logit_terms"][n]["mean"][term]) for n in names])
-        ax.bar(names, values, bottom=bottom, label=term)
+    for term, grey in zip(TERMS, ("0.15", "0.4", "0.65", "0.85")):  # greys: not the variants' colours
+        cells = [a["logit_terms"][n]["mean"][term] for n in names]
+        values = np.array([mean(c) for c in cells])
+        ax.bar(names, values, bottom=bottom, label=term, color=grey, edgecolor="white",
+               yerr=[c["seed_std"] if isinstance(c, dict) else 0 for c in cells], capsize=2,
+               error_kw={"ecolor": "#D55E00"})
         bottom += values
     ax.set(xlabel="variant" + (f"\n(not defined for {', '.join(undefined)}: position acts inside "
                                "attention)" if undefined else ""),
-           ylabel="share of logit variance", title="First encoder layer: the four logit terms")
+           ylabel="share of logit variance (± std over seeds)", title="First encoder layer: the four logit terms")
+    ax.tick_params(axis="x", labelrotation=30)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, figures / "logit_terms.png")
 
@@ -350,7 +367,7 @@ def plot(a: dict, figures: Path, shares: tuple[float, ...]) -> None:
         cells = [a["word_order_bleu"][n][how] for n in names]
         ax.bar([j + i * 0.27 for j in range(len(names))], [mean(c) for c in cells], 0.27, label=how,
                color=grey, yerr=[c["seed_std"] if isinstance(c, dict) else 0 for c in cells], capsize=2)
-    ax.set_xticks([j + 0.27 for j in range(len(names))], names)
+    ax.set_xticks([j + 0.27 for j in range(len(names))], names, rotation=30, ha="right")  # long names
     ax.set(xlabel="variant", ylabel="dev BLEU (± std over seeds)", title="Source word order")
     ax.legend(title="source words", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, figures / "word_order.png")

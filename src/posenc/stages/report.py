@@ -22,7 +22,7 @@ from sacrebleu.metrics import BLEU
 from posenc import config, corpora, files
 from posenc.corpora import SRC
 from posenc.errors import UserError
-from posenc.figures import pyplot, save_figure
+from posenc.figures import STYLE, pyplot, save_figure, style
 from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_log_path,
                          hypothesis_path, result_dir, run_name)
 from posenc.scoring import read_references
@@ -490,18 +490,26 @@ def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], runs: list[
     these curves."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    second, lowest = [], []  # each variant's mean at its second logged update: the top of the range shown
+    seeds = len({r["seed"] for r in runs})
     for variant in dict.fromkeys(r["variant"] for r in runs):
         mine = [dict(curves[run_name(variant, r["seed"])]) for r in runs if r["variant"] == variant]
         steps = sorted(set.intersection(*(set(c) for c in mine)))
         values = [[c[s] for c in mine] for s in steps]
-        line, = ax.plot(steps, [statistics.fmean(v) for v in values], marker=".",
-                        label=f"{variant} ({len(mine)} seed{'s' if len(mine) > 1 else ''})")
+        means = [statistics.fmean(v) for v in values]
+        ax.plot(steps, means, markersize=4, label=variant, **style(variant))
+        second.append(means[min(1, len(means) - 1)])
+        lowest.append(min(min(v) for v in values))
         if len(mine) > 1:
             ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set(xlabel="update (last point: the last checkpoint, the table's dev model)",
-           ylabel="dev perplexity (per wordpiece)", yscale="log",
-           title="Learning curves: mean over seeds, band from lowest to highest seed")
+                            color=STYLE[variant][0], alpha=0.15, linewidth=0)
+    # The first dev evaluation (hundreds of perplexity points) would squeeze the rest into the
+    # bottom of the axis: the range shown starts at the second.
+    ax.set_yscale("log")
+    ax.set_ylim(min(lowest) * 0.95, max(second) * 1.1)
+    ax.set(xlabel="update", ylabel="dev perplexity (per wordpiece)",
+           title=f"Dev perplexity, mean of {seeds} seed{'s' if seeds > 1 else ''}, band: lowest to highest")
+    ax.title.set_fontsize("medium")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
@@ -518,17 +526,22 @@ def plot_extrapolation(rows: list[dict], path: Path) -> None:
         mine = [r for r in rows if r["split"] == split]
         ks = sorted({r["k"] for r in mine})
         for variant in dict.fromkeys(r["variant"] for r in mine):
-            cells = {r["k"]: r["bleu"] for r in mine if r["variant"] == variant}
-            ax.errorbar(ks, [cells[k]["mean"] for k in ks], yerr=[cells[k]["std"] or 0 for k in ks],
-                        marker=".", capsize=2, label=variant)
+            cells = {r["k"]: r["bleu"]["mean"] for r in mine if r["variant"] == variant}
+            if cells[ks[0]] > 0:  # as a share of its own BLEU at k = 1: where the lines part
+                ax.plot(ks, [max(cells[k], 1e-3) / cells[ks[0]] for k in ks], label=variant, **style(variant))
         longer = {r["k"]: r["longer_than_training"] for r in mine}
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
         ax.set_xticks(ks, [f"{k}\n{longer[k]:.0%} longer" for k in ks])
         ax.set(xlabel="sentences joined per input (share longer than any training source)",
-               ylabel="BLEU (mean ± std over seeds)", title=f"Extrapolation (§3.5): {split}")
+               ylabel=f"BLEU over its BLEU at k = {ks[0]} (mean over seeds)",
+               title=f"Extrapolation (§3.5): {split}")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
+
+
+FEW = 50  # sentences: a length bucket with fewer is drawn pale (its interval is wide)
 
 
 def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
@@ -540,12 +553,16 @@ def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
     width = 0.8 / len(variants)
     for i, v in enumerate(variants):
         mine = {r["bucket"]: r for r in rows if r["variant"] == v}
-        ax.bar([b + i * width for b in range(len(buckets))], [mine[b]["bleu"] if b in mine else 0 for b in buckets],
-               width, yerr=[mine[b]["ci"] if b in mine else 0 for b in buckets], capsize=2, label=v)
+        for b, bucket in enumerate(buckets):
+            if bucket in mine:  # a bucket of few sentences pale: its interval says little
+                ax.bar(b + i * width, mine[bucket]["bleu"], width, yerr=mine[bucket]["ci"], capsize=2,
+                       color=STYLE[v][0], alpha=1.0 if counts[bucket] >= FEW else 0.35,
+                       label=v if b == 0 else None)
     ax.set_xticks([b + width * (len(variants) - 1) / 2 for b in range(len(buckets))],
                   [f"{b}\nn = {counts[b]}" for b in buckets])
-    ax.set(xlabel="source length (words)", ylabel="BLEU (test sets pooled)",
-           title="BLEU by source length, with 95% bootstrap intervals")
+    ax.set(xlabel=f"source length (words); pale: fewer than {FEW} sentences", ylabel="BLEU (test sets pooled)",
+           title="BLEU by source length, each variant's first seed, with 95% bootstrap intervals")
+    ax.title.set_fontsize("medium")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
@@ -580,9 +597,11 @@ def run(args) -> None:
     plot_extrapolation(extrapolation, figures / "extrapolation.png")
     files.write_text(args.by_length_csv, to_csv(by_length, ["variant", "bucket", "sentences", "bleu", "ci"]))
     # One file, one row per (run, dev evaluation): `dvc plots show` draws every run in one chart
-    files.write_text(args.curves_csv, to_csv([{"run": name, "step": step, "dev_ppl": ppl}
-                                              for name, points in curves.items() for step, ppl in points],
-                                             ["run", "step", "dev_ppl"]))
+    # (variant and seed apart, so that the chart colours by variant and dashes by seed)
+    files.write_text(args.curves_csv, to_csv([{"run": run_name(r["variant"], r["seed"]), "variant": r["variant"],
+                                               "seed": r["seed"], "step": step, "dev_ppl": ppl}
+                                              for r in runs for step, ppl in curves[run_name(r["variant"], r["seed"])]],
+                                             ["run", "variant", "seed", "step", "dev_ppl"]))
     every = run_rows(runs, corpus)
     files.write_text(args.table_csv, to_csv(every, list(every[0])))
     files.write_text(args.extrapolation_csv, to_csv(

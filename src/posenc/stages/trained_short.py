@@ -24,7 +24,7 @@ from posenc.buckets import bucket_bounds, bucket_name, by_bucket
 from posenc.config import ShortTrainingConfig
 from posenc.corpora import SRC
 from posenc.errors import UserError
-from posenc.figures import pyplot, save_figure
+from posenc.figures import STYLE, pyplot, save_figure, style
 from posenc.runs import HYPS, hypothesis_path, run_name
 from posenc.scoring import read_references
 from posenc.significance import holm, kept_share, kept_share_bootstrap, sentence_statistics
@@ -176,10 +176,10 @@ def plot(rows: list[dict], short: ShortTrainingConfig, seeds: tuple[int, ...], r
     for r in rows:
         per_seed = [[b.get("bleu", 0.0) for b in runs[r["variant"], s]["lengths"]["buckets"]] for s in seeds]
         mean = [statistics.fmean(c) for c in zip(*per_seed)]
-        line, = ax.plot(range(len(names)), mean, marker="o", label=r["variant"])
+        ax.plot(range(len(names)), mean, label=r["variant"], **style(r["variant"]))
         if len(seeds) > 1:
             ax.fill_between(range(len(names)), [min(c) for c in zip(*per_seed)], [max(c) for c in zip(*per_seed)],
-                            color=line.get_color(), alpha=0.15, linewidth=0)
+                            color=STYLE[r["variant"]][0], alpha=0.15, linewidth=0)
     ax.axvline(0.5, color="0.4", linestyle="--", linewidth=1)
     ax.text(0.52, 0.98, f"L = {short.max_len}", transform=ax.get_xaxis_transform(), va="top", fontsize="small")
     ax.set_xticks(range(len(names)), [f"{n}\nn = {b['sentences']}" for n, b in zip(names, rows[0]["buckets"])])
