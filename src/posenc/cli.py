@@ -86,7 +86,7 @@ STAGES = {
 INTS = {"--seed"}
 # commands that are not DVC stages: they write nothing the pipeline reads
 TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify",
-         "export": "posenc.stages.export", "readme": "posenc.readme"}
+         "export": "posenc.stages.export", "readme": "posenc.readme", "plots-page": "posenc.plots_page"}
 # the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
 # torch is imported (posenc.numerics); `verify` takes the mode the pinned run recorded
 COMPUTES = {"train", "evaluate", "extrapolate", "lengths", "analyze", "translate"}
@@ -156,6 +156,13 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--positions", type=int, default=1024, help="rows of the exported sinusoid table: "
                    "the longest source or output, in subwords with EOS, it serves (default 1024; a "
                    "learned table keeps its own rows)")
+    g = sub.add_parser("plots-page", help="DVC's offline plots template with Vega inlined, for `dvc plots show -o` anywhere",
+                       description="Write .dvc/plots/offline.html with the Vega scripts from node_modules inlined, "
+                       "so that the page DVC renders from it draws without a network wherever it is written.")
+    g.add_argument("--template", default=".dvc/plots/offline.html", help="the template (default .dvc/plots/offline.html)")
+    g.add_argument("--node-modules", default="node_modules", help="where npm installed vega, vega-lite and vega-embed "
+                   "(default node_modules)")
+    g.add_argument("--out", default="build/offline-plots.html", help="the template to write (default build/offline-plots.html)")
     r = sub.add_parser("readme", help="copy the generated result blocks into README.md")
     r.add_argument("--readme", default="README.md")
     r.add_argument("--check", action="store_true", help="fail if README.md is out of date")
