@@ -206,10 +206,56 @@ def test_readme_blocks_are_copied_from_their_files(tmp_path):
     assert sync(text, tmp_path) == "intro\n<!-- begin: results/t.md -->\n| a |\n<!-- end: results/t.md -->\noutro\n"
 
 
-def test_readme_shows_the_committed_results():
+def test_readme_and_docs_show_the_committed_results():
+    from posenc.readme import pages
+
+    shown = ""
+    for page in pages(ROOT / "README.md"):
+        text = page.read_text(encoding="utf-8")
+        assert sync(text, ROOT) == text, f"{page} is stale: run `make readme`"
+        shown += text
+    for block in ("results/table.md", "results/findings.md", "results/analysis.md"):
+        assert f"<!-- begin: {block} -->" in shown
+    assert "<!-- begin: results/findings.md -->" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    import re
+
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_of_readme_and_docs_resolves():
+    """Relative links name a file that exists and, after #, a heading of it."""
+    import re
+
+    from posenc.readme import pages
+
+    checked = 0
+    for page in pages(ROOT / "README.md"):
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.name}: {target}: no such file"
+            if anchor:
+                headings = [_slug(line.lstrip("#")) for line in linked.read_text(encoding="utf-8").split("\n")
+                            if line.startswith("#")]
+                assert anchor in headings, f"{page.name}: {target}: no such heading in {linked.name}"
+            checked += 1
+    assert checked > 30
+
+
+def test_the_readme_is_a_front_door():
+    """Under about 250 lines; the rest is in docs/, one page a subject, every page linked from it."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "<!-- begin: results/table.md -->" in text
-    assert sync(text, ROOT) == text, "README.md is stale: run `make readme`"
+    assert len(text.splitlines()) <= 250
+    for page in (ROOT / "docs").glob("*.md"):
+        if page.name != "README.md":
+            assert f"(docs/{page.name})" in text, f"README does not link docs/{page.name}"
 
 
 def test_provenance_names_the_numerics_and_refuses_two_modes(tmp_path):

@@ -1,14 +1,15 @@
-"""`posenc readme`: copy generated files into README.md between their markers.
+"""`posenc readme`: copy generated files into README.md and docs/*.md between their markers.
 
-README.md shows the pipeline's tables, findings and analysis only through blocks like
+README.md and the pages of docs/ show the pipeline's tables, findings and analysis only through
+blocks like
 
     <!-- begin: results/table.md -->
     ...(the file's contents, copied here)...
     <!-- end: results/table.md -->
 
-so none of them is typed by hand. `--check` fails when a block is stale (a test runs it). The prose
-around them (Results, "In short", "Two platforms") quotes some of their figures by hand, and is
-retyped when the pins are regenerated.
+so none of them is typed by hand; a block names its file relative to the project root, wherever
+the page is. `--check` fails when a block is stale (a test runs it). The prose around them in
+docs/results.md quotes some of their figures by hand, and is retyped when the pins are regenerated.
 """
 
 from __future__ import annotations
@@ -26,20 +27,31 @@ def sync(text: str, root: Path) -> str:
     def fill(match: re.Match) -> str:
         source = root / match["path"]
         if not source.is_file():
-            raise UserError(f"README.md names {match['path']}, which does not exist; run `dvc repro`")
+            raise UserError(f"a page names {match['path']}, which does not exist; run `dvc repro`")
         return match[1] + source.read_text(encoding="utf-8") + match[4]
     return BLOCK.sub(fill, text)
 
 
+def pages(readme: Path) -> list[Path]:
+    """README.md and every page of docs/ beside it."""
+    return [readme, *sorted((readme.parent / "docs").glob("*.md"))]
+
+
 def run(args) -> int:
-    path = Path(args.readme)
-    text = path.read_text(encoding="utf-8")
-    updated = sync(text, path.parent)
-    if args.check:
+    root = Path(args.readme).parent
+    stale, blocks = [], 0
+    for path in pages(Path(args.readme)):
+        text = path.read_text(encoding="utf-8")
+        updated = sync(text, root)
+        blocks += len(BLOCK.findall(text))
         if updated != text:
-            raise UserError(f"{path}: generated blocks are out of date; run `make readme`")
-        print(f"readme: {path} is up to date")
+            stale.append(path)
+            if not args.check:
+                files.write_text(path, updated)
+    if args.check:
+        if stale:
+            raise UserError(f"{stale[0]}: generated blocks are out of date; run `make readme`")
+        print(f"readme: {args.readme} and docs/ are up to date")
         return 0
-    files.write_text(path, updated)
-    print(f"readme: {len(BLOCK.findall(text))} blocks copied into {path}")
+    print(f"readme: {blocks} blocks copied ({len(stale)} pages changed)")
     return 0
