@@ -89,7 +89,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert "| concat vs sinusoidal_narrow |" in table  # the control pair, tested on real hypotheses
     residual_table = (work / "results/residual/table.md").read_text()  # the residual study, end to end
     assert "| sum | 1 |" in residual_table and "| concat | 1 |" in residual_table
-    assert "concat vs sum, 1 layers" in residual_table
+    assert "concat vs sum, 1 layer" in residual_table
     assert "# §3.5 trained short, tested long" in (work / "results/short/table.md").read_text()
     findings = (work / "results/findings.md").read_text()
     assert "### Sum against concatenation" in findings and "holds here on" in findings

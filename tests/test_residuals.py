@@ -84,18 +84,18 @@ def test_table_test_and_findings_follow_the_figures(study):
     assert [(r["kind"], r["dev_ppl"]["mean"]) for r in rows] == [("sum", 6.0), ("concat", 7.0), ("none", 9.0)]
     sig = significance(runs, cells, SEEDS, corpus, raw, 100, 1)
     for t in corpus.tests:
-        assert list(sig[t]) == ["concat vs sum, 1 layers", "none vs sum, 1 layers"]
-        assert sig[t]["none vs sum, 1 layers"]["delta"] < sig[t]["concat vs sum, 1 layers"]["delta"] < 0
+        assert list(sig[t]) == ["concat vs sum, 1 layer", "none vs sum, 1 layer"]
+        assert sig[t]["none vs sum, 1 layer"]["delta"] < sig[t]["concat vs sum, 1 layer"]["delta"] < 0
         assert all(c["p_holm"] >= c["p"] for c in sig[t].values())
     hw = highway_rows(runs, cells, SEEDS)
     text = markdown(rows, sig, hw, cells, SEEDS, corpus)
     assert "| concat | 1 | 1,000 | 7.000 ± 0.000 |" in text
     assert "| none | 1 | 0.01 | 0.01 | 2 |  |" in text and "| concat | 1 | 0.5 | 0.5 | 0.6 | 1.2 / 0.8 |" in text
     said = findings(rows, sig, hw, cells, corpus)
-    assert "at 1 layers sum 0.9, concat 0.5, none 0.01. The sum passes the most gradient down" in said
+    assert "at 1 layer sum 0.9, concat 0.5, none 0.01. The sum passes the most gradient down" in said
     assert "|f(x)| / |x| = 0.3" in said and "each is smaller than its input" in said
     assert "W's half acting on x ends at norm 1.2" in said and "keeping the path" in said
-    assert "**none vs sum, 1 layers:**" in said
+    assert "**none vs sum, 1 layer:**" in said
 
 
 def test_a_missing_evaluation_names_the_stage_that_makes_it(tmp_path):

@@ -27,6 +27,10 @@ from posenc.tables import cell, markdown_table, p_is, summarize, to_csv
 KINDS = ("sum", "concat", "none")  # posenc.model.Residual: the paper's first, then the two others
 
 
+def layers_text(depth: int) -> str:
+    return f"{depth} layer{'s' if depth != 1 else ''}"
+
+
 def groups(study: config.ResidualStudyConfig, layers: int) -> list[tuple[str, int]]:
     """The (kind, depth) cells of the study, each depth's `sum` first: sum at `layers` (the
     positional table's sinusoidal run) and at `sum_depths`, the other kinds at `depths`."""
@@ -110,7 +114,7 @@ def significance(runs: dict, cells: list[tuple[str, int]], seeds: tuple[int, ...
                                     f"but {len(references)} references; re-run its evaluation")
             stats[kind, depth] = [sentence_statistics(h, references) for h in each]
         for kind, depth in pairs:
-            result.setdefault(split, {})[f"{kind} vs sum, {depth} layers"] = seed_bootstrap(
+            result.setdefault(split, {})[f"{kind} vs sum, {layers_text(depth)}"] = seed_bootstrap(
                 stats["sum", depth], stats[kind, depth], samples, seed)
     adjusted = holm({(split, c): r["p"] for split, cs in result.items() for c, r in cs.items()})
     for (split, c), p in adjusted.items():
@@ -198,7 +202,7 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
         if "sum" not in kinds or len(kinds) < 2 or None in emb.values():
             continue
         holds &= all(emb["sum"] > v for k, v in emb.items() if k != "sum")
-        said.append(f"at {depth} layers " + ", ".join(f"{k} {v:.3g}" for k, v in emb.items()))
+        said.append(f"at {layers_text(depth)} " + ", ".join(f"{k} {v:.3g}" for k, v in emb.items()))
     if said:
         lines += ["**1. \"The gradient flows back unimpeded through a sum.\"** The gradient norm reaching the "
                   "encoder's token embeddings, over the top layer's, at the last update: " + "; ".join(said)
@@ -209,7 +213,7 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
     for depth in depths:
         update = list(at_last_step(hw, "sum", depth, "update_ratio").values())
         if update:
-            lines += [f"**2. \"A summed layer learns a gentle correction.\"** At {depth} layers, `sum`'s "
+            lines += [f"**2. \"A summed layer learns a gentle correction.\"** At {layers_text(depth)}, `sum`'s "
                       f"sub-layers change their input by |f(x)| / |x| = {statistics.median(update):.3g} "
                       f"(median; {min(update):.3g}-{max(update):.3g} over sub-layers) at the last update: "
                       + ("each is smaller than its input, as the conjecture says." if max(update) < 1 else
@@ -220,7 +224,7 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
         w_x = list(at_last_step(hw, "concat", depth, "w_x").values())
         w_f = list(at_last_step(hw, "concat", depth, "w_f").values())
         if w_x:
-            lines += [f"**3. Does `concat` keep an identity path?** At {depth} layers, W's half acting on x "
+            lines += [f"**3. Does `concat` keep an identity path?** At {layers_text(depth)}, W's half acting on x "
                       f"ends at norm {statistics.fmean(w_x):.3g} (sub-layers {min(w_x):.3g}-{max(w_x):.3g}) "
                       f"and its half acting on f(x) at {statistics.fmean(w_f):.3g}, both 1 at the start "
                       "(`residual_init`, README): "
@@ -260,15 +264,16 @@ def plot_highway(hw: list[dict], cells: list[tuple[str, int]], path: Path) -> No
                 for n, part in enumerate(parts):
                     points = sorted((r["step"], r["value"]) for r in mine if r["part"] == part)
                     if points:
-                        ax.plot(*zip(*points), style, color=plt.cm.viridis(n / max(1, len(parts) - 1)),
+                        # one colour per layer on every panel, whatever its depth
+                        ax.plot(*zip(*points), style, color=plt.cm.viridis(n / max(1, depths[-1])),
                                 label=part.removeprefix(f"{side} ") if side == "encoder" else None)
-            ax.set(yscale="log", title=f"{kind}, {depth} layers", xlabel="update" if i == len(kinds) - 1 else None,
+            ax.set(yscale="log", title=f"{kind}, {layers_text(depth)}", xlabel="update" if i == len(kinds) - 1 else None,
                    ylabel="grad norm / top layer's" if j == 0 else None)
             ax.grid(alpha=0.3)
-    handles, labels = next(ax for row in axes for ax in row if ax.axison).get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.995, 0.95), fontsize="small",
-               title="encoder (decoder dashed)")
-    fig.suptitle("The gradient highway: gradient reaching each layer's input, mean over seeds")
+    deepest = next(row[-1] for row in axes if row[-1].axison)  # its legend names every layer
+    axes[0][-1].legend(*deepest.get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.01, 1),
+                       fontsize="small", title="encoder (decoder dashed)", title_fontsize="small")
+    fig.suptitle("Gradient reaching each layer's input, mean over seeds", fontsize="medium")
     save_figure(fig, path)
 
 

@@ -143,7 +143,8 @@ def findings(rows: list[dict], sig: dict, short: ShortTrainingConfig, samples: i
     lines = ["## §3.5 trained short, tested long: what the figures support", ""]
     kept = {r["variant"]: r["kept"] for r in rows}
     if all(k is None for k in kept.values()):
-        return "\n".join(lines + ["No variant has a BLEU above 0 within L: the runs support no conclusion.", ""])
+        return "\n".join(lines + ["No variant has a BLEU above 0 within L on every seed, so no share kept beyond "
+                                   "L is defined: the runs support no conclusion.", ""])
     ranked = sorted((v for v in kept if kept[v]), key=lambda v: -kept[v]["mean"])
     lines += [f"Beyond L = {short.max_len} subwords the variants keep, of their BLEU within L: "
               + ", ".join(f"{v} {kept[v]['mean']:.0%}" for v in ranked) + ".", ""]
