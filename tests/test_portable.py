@@ -101,8 +101,26 @@ def test_verify_says_reproduces_and_names_the_first_difference_in_another_mode(t
     r = posenc("verify", run, "--lock", "verify.lock", cwd=tiny_data)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == (f"verify: this machine reproduces the pinned bits of {run} (update "
-                                f"{first['step']}, sha256 {first['sha256']}); its models are not here "
-                                f"(`dvc pull`), so decoding was not compared")
+                                f"{first['step']}, sha256 {first['sha256']}); dvc.lock pins no evaluation "
+                                f"of it, so decoding was not compared")
+
+    # Its evaluation pinned from another last.pt (a pinning run under way, before its evaluate
+    # stage): the pinned hypotheses are not this model's, and verify says so instead of blaming
+    # the CPU for the difference.
+    (tiny_data / f"pins/{run}/hyps").mkdir()
+    (tiny_data / f"pins/{run}/hyps/val.de").write_text("an older model's hypothesis\n", encoding="utf-8")
+    evaluate = (f"posenc evaluate --seed 1 --model pins/{run}/model.pt --last pins/{run}/last.pt "
+                f"--spm data/prepared/spm.model --arrays data/prepared/arrays --raw data/raw/multi30k "
+                f"--metrics pins/{run}/metrics.json --scores pins/{run}/scores.json "
+                f"--signatures pins/{run}/signatures.json --hyps pins/{run}/hyps")
+    (tiny_data / "stale.lock").write_text(
+        lock.read_text(encoding="utf-8") + f"  evaluate@{run}:\n    cmd: {evaluate}\n    deps:\n"
+        f"    - path: pins/{run}/last.pt\n      md5: 0123456789abcdef0123456789abcdef\n", encoding="utf-8")
+    r = posenc("verify", run, "--lock", "stale.lock", cwd=tiny_data)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert r.stdout.strip().endswith(f"; its pinned dev hypotheses were decoded from another pins/{run}/last.pt "
+                                     f"than the one here (evaluate@{run} is stale: `dvc repro evaluate@{run}`), "
+                                     f"so decoding was not compared"), r.stdout
 
     r = posenc("verify", run, "--lock", "verify.lock", "--numerics", "native", cwd=tiny_data)
     assert r.returncode == 1, r.stderr[-2000:]

@@ -17,6 +17,7 @@ torch is imported only in `run`, after posenc.cli has set the recorded numerics.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import shlex
 import subprocess
@@ -136,9 +137,10 @@ def _retrain(launcher: list[str], targs, first: int, root: Path, tmp: Path, nume
     return tmp
 
 
-def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None]:
+def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None, str | None]:
     """Re-decode the batches holding the first `n` dev sentences with the run's last checkpoint, as
-    the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None)."""
+    the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None,
+    why nothing was compared or None)."""
     from posenc import corpora, runtime, tokens
     from posenc.checkpoints import load_model
     from posenc.corpora import SRC
@@ -147,14 +149,22 @@ def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None]:
 
     found = _pinned_command(Path(args.lock), ("evaluate",), args.run, "evaluate")
     if found is None:
-        return 0, None
+        return 0, None, "dvc.lock pins no evaluation of it, so decoding was not compared"
     eargs = found[1]
     cfg = config.load(root / eargs.params, "eval", config.EvalConfig)
     data = config.load(root / eargs.params, "data", config.DataConfig)
     dev = corpora.get(data.corpus).dev
     hyps_file = hypothesis_path(root / eargs.hyps, dev)
     if not (root / eargs.last).is_file() or not hyps_file.is_file():
-        return 0, None
+        return 0, None, "its models are not here (`dvc pull`), so decoding was not compared"
+    # The pinned hypotheses are of the last.pt that dvc.lock records as the evaluation's input; a
+    # last.pt retrained since (a pinning run under way, before its evaluate stage) is not theirs.
+    stage = next(k for k in (args.run, f"evaluate@{args.run}") if k in _stages(Path(args.lock)))
+    recorded = next((d.get("md5") for d in _stages(Path(args.lock))[stage].get("deps", [])
+                     if d.get("path") == eargs.last), None)
+    if recorded is not None and recorded != hashlib.md5((root / eargs.last).read_bytes()).hexdigest():
+        return 0, None, (f"its pinned dev hypotheses were decoded from another {eargs.last} than the one "
+                         f"here ({stage} is stale: `dvc repro {stage}`), so decoding was not compared")
     device = runtime.setup(cfg.threads, mode)
     last = load_model(root / eargs.last, device)
     sp = tokens.load_tokenizer(root / eargs.spm)
@@ -165,8 +175,8 @@ def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None]:
     compared = [i for i, ids in enumerate(out) if ids or i < n]
     for i in compared:
         if sp.decode(out[i]) != pinned[i]:
-            return len(compared), f"{dev} sentence {i + 1}: {sp.decode(out[i])!r} here, {pinned[i]!r} pinned"
-    return len(compared), None
+            return len(compared), f"{dev} sentence {i + 1}: {sp.decode(out[i])!r} here, {pinned[i]!r} pinned", None
+    return len(compared), None, None
 
 
 def run(args) -> int:
@@ -200,15 +210,14 @@ def run(args) -> int:
         return 1
     decoded = ""
     if args.sentences:
-        compared, difference = _redecode(args, root, args.sentences,
-                                         args.numerics or pins["numerics"]["mode"])
+        compared, difference, skipped = _redecode(args, root, args.sentences,
+                                                  args.numerics or pins["numerics"]["mode"])
         if difference:
             print(f"verify: this machine reproduces the training bits of {args.run} (update "
                   f"{first['step']}, sha256 {digest}) but not its decoding: {difference}; likely "
                   f"cause: {_causes(pins, mine)}")
             return 1
-        decoded = (f", and its first {compared} dev hypotheses" if compared else
-                   "; its models are not here (`dvc pull`), so decoding was not compared")
+        decoded = f", and its first {compared} dev hypotheses" if compared else f"; {skipped}"
     print(f"verify: this machine reproduces the pinned bits of {args.run} (update {first['step']}, "
           f"sha256 {digest}){decoded}")
     return 0
