@@ -3,8 +3,6 @@ page `dvc plots show --html-template ... -o DIR` writes draws wherever DIR is.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dvc_render.html import HTML
 
 from conftest import ROOT, error_line, posenc

@@ -74,7 +74,7 @@ def study(tmp_path):
         _write_run(tmp_path / f"residual/none-1-{seed}", tmp_path / f"models/residual-none-1-{seed}", 4, 0.01,
                    2.0, None)
     dirs = run_dirs(cells, SEEDS, 1, tmp_path / "runs", tmp_path / "residual", tmp_path / "models")
-    return load(dirs, corpus), cells, raw
+    return load(dirs), cells, raw
 
 
 def test_table_test_and_findings_follow_the_figures(study):

@@ -71,7 +71,7 @@ def read_highway(path: Path) -> list[tuple[int, str, str, float]]:
     return [(int(step), part, measure, float(value)) for step, part, measure, value in rows]
 
 
-def load(dirs: dict, corpus: corpora.Corpus) -> dict:
+def load(dirs: dict) -> dict:
     """{(kind, depth, seed): {"metrics": metrics and scores, "highway": rows}}."""
     out = {}
     for key, (where, model_dir) in dirs.items():
@@ -285,7 +285,7 @@ def run(args) -> None:
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
     cells = groups(study, layers)
-    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs), Path(args.models)), corpus)
+    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs), Path(args.models)))
     rows = table_rows(runs, cells, seeds, corpus)
     sig = significance(runs, cells, seeds, corpus, raw, report.bootstrap_samples, report.bootstrap_seed)
     hw = highway_rows(runs, cells, seeds)

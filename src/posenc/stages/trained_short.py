@@ -17,10 +17,8 @@ import math
 import statistics
 from pathlib import Path
 
-import numpy as np
-
 from posenc import config, corpora, files, tokens
-from posenc.buckets import bucket_bounds, bucket_name, by_bucket
+from posenc.buckets import bucket_bounds, by_bucket
 from posenc.config import ShortTrainingConfig
 from posenc.corpora import SRC
 from posenc.errors import UserError
