@@ -75,3 +75,34 @@ def test_decode_speed_prints_the_four_searches_and_how_they_agree(tiny_data, tin
                          rf"as posenc's; BLEU [\d.]+$", out, re.M), search
     assert re.search(r"^speed-up from the cache: [\d.]+x$", out, re.M)
     assert re.search(r"^posenc cached / CTranslate2 float32: [\d.]+x; / int8: [\d.]+x$", out, re.M)
+
+
+def test_record_keeps_the_output_under_the_machine_and_command_and_a_failure_writes_nothing(tmp_path):
+    out = tmp_path / "records/cpu/x.md"
+    r = run(tmp_path, "record.py", str(out), "--", sys.executable, "-c", "print('peak: 1.5 GFLOP/s')")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "peak: 1.5 GFLOP/s\n"  # echoed as it comes
+    head, body = out.read_text().split("\n\n", 1)
+    assert re.fullmatch(r"`.*python.* -c 'print\('\"'\"'peak: 1.5 GFLOP/s'\"'\"'\)'`, on \d{4}-\d\d-\d\d: "
+                        r"\S* family \d* model \d* \(`lscpu`\), \d+ CPUs available, torch [\w.+]+\.", head), head
+    assert body == "```text\npeak: 1.5 GFLOP/s\n```\n"
+    r = run(tmp_path, "record.py", str(out), "--", sys.executable, "-c", "print('half'); raise SystemExit(3)")
+    assert r.returncode == 1 and "exited with 3" in r.stderr
+    assert body in out.read_text()  # the earlier record, whole
+    assert run(tmp_path, "record.py", str(tmp_path / "y.md")).returncode == 2
+
+
+def test_run_costs_sums_each_part_and_scales_a_resumed_run(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name, wall, resumed in (("train-sinusoidal-1", 600.0, 0), ("train-rope-1", 300.0, 600),
+                                ("train-short-rope-1", 120.0, 0), ("train-residual-concat-6-1", 1200.0, 0)):
+        (logs / f"{name}.json").write_text(f'{{"steps": 1200, "wall_s": {wall}, "resumed_from_step": {resumed}}}')
+    out = bench(tmp_path, "run_costs.py", "--logs", "logs")
+    assert re.search(r"^the positional table +train@<variant>-<seed> +2 +0\.33 +10\.0$", out, re.M), out
+    assert re.search(r"^the short-training protocol \(§3\.5\) +train_short@<variant>-<seed> +1 +0\.03 +2\.0$", out, re.M)
+    assert re.search(r"^the residual study +train_residual@, train_residual_sum@ +1 +0\.33 +20\.0$", out, re.M)
+    assert re.search(r"^every training +4 +0\.70$", out, re.M)
+    assert "1 of the runs resumed from a checkpoint" in out
+    r = run(tmp_path, "run_costs.py", "--logs", "nothing")
+    assert r.returncode == 2 and "no train-*.json" in r.stderr

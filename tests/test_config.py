@@ -174,7 +174,7 @@ def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
     text = (ROOT / "params.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2, 1]")
     (tmp_path / "params.yaml").write_text(text)
     r = subprocess.run([sys.executable, "-m", "posenc", "report", *[a for o in (
-        "--runs", "--models", "--raw", "--lock", "--table-md", "--findings-md", "--table-json", "--table-csv",
+        "--runs", "--models", "--raw", "--lock", "--table-md", "--findings-md", "--summary-md", "--table-json", "--table-csv",
         "--by-length-csv", "--curves-csv", "--extrapolation-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
         capture_output=True, text=True)
     assert r.returncode == 2

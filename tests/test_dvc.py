@@ -110,7 +110,8 @@ def test_every_key_a_stage_reads_is_declared(name):
     _, _, used = reads(module_of(STAGES[name]))
     declared = set(STAGES[name].get("params", []))
     missing = sorted(f"{s}.{k}" for s, keys in used.items() for k in keys if f"{s}.{k}" not in declared)
-    assert used, f"{name}: the test found no key the stage reads"
+    source = (ROOT / "src" / (module_of(STAGES[name]).replace(".", "/") + ".py")).read_text(encoding="utf-8")
+    assert used or "config." not in source, f"{name}: the test found no key the stage reads"
     assert not missing, f"{name}: declare {missing}"
 
 

@@ -145,7 +145,8 @@ def test_report_killed_at_random_moments_never_leaves_two_runs_outputs(tiny_data
     def report(params: str, out: str) -> list[str]:
         return ["report", "--params", params, "--runs", "results/runs", "--models", "models",
                 "--raw", "data/raw/multi30k", "--lock", "dvc.lock", "--table-md", f"{out}/table.md",
-                "--findings-md", f"{out}/findings.md", "--table-json", f"{out}/table.json",
+                "--findings-md", f"{out}/findings.md", "--summary-md", f"{out}/summary.md",
+                "--table-json", f"{out}/table.json",
                 "--table-csv", f"{out}/table.csv", "--by-length-csv", f"{out}/bleu_by_length.csv",
                 "--curves-csv", f"{out}/dev_curves.csv", "--extrapolation-csv", f"{out}/extrapolation.csv",
                 "--figures", f"{out}/figures"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import shutil
@@ -214,3 +216,27 @@ def experiment_in_a_fresh_clone(work: Path, tmp_path: Path) -> None:
     # the experiment (named), applied to the workspace; the commit it started from keeps 24
     assert [r[2] for r in rows if r[0]] == ["16"] and "24" in [r[2] for r in rows if not r[0]], show
     float(rows[-1][1])  # the experiment's BLEU is there
+    compare_recipes_fit_a_terminal(clone)
+
+
+WIDTH = 120
+
+
+def compare_recipes_fit_a_terminal(clone: Path) -> None:
+    """README's "Compare runs" commands, run on the experiment above, print nothing wider than a
+    120-column terminal (DVC does not wrap its tables). `dvc exp run` ran above at the tiny
+    profile's size; `dvc plots` prints a file path, not a table."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Compare runs\n\n```sh\n(.*?)^```", text, re.S | re.M).group(1)
+    recipes = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    measured = 0
+    for recipe in recipes:
+        args = shlex.split(recipe)
+        if args[:3] == ["dvc", "exp", "run"] or args[:2] == ["dvc", "plots"]:
+            continue
+        out = sh(*args, cwd=clone)
+        assert out.strip(), f"{recipe}: printed nothing"
+        wide = [line for line in out.splitlines() if len(line) > WIDTH]
+        assert not wide, f"{recipe}: {len(wide)} lines wider than {WIDTH} columns, the first {len(wide[0])}:\n{wide[0]}"
+        measured += 1
+    assert measured >= 2, recipes

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from posenc import corpora
-from posenc.readme import sync
 from posenc.errors import UserError
-from posenc.stages.report import (comparisons, extrapolation_rows, findings, kendall_tau, markdown,
+from posenc.stages.report import (comparisons, extrapolation_rows, findings, kendall_tau, markdown, summary,
                                   ranking_along_training, run_rows, significance, summarize, table_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,69 +192,34 @@ def test_findings_state_each_conclusion_with_its_figure():
             "lost from k = 1 to k = 8 (mean over variants) is lost within the lengths trained on.") in text
 
 
+
+def test_the_summary_is_a_line_a_question_and_the_main_table():
+    """README's front: each question its differences and how they read; the ranking; the table."""
+    corpus = corpora.get("multi30k")
+    variants = ["sinusoidal", "learned", "concat", "sinusoidal_narrow", "none"]
+    runs = [_run(v, s, 30.0 + i) for i, v in enumerate(variants) for s in (1, 2)]
+    figures = {"learned vs sinusoidal": _seeds(0.3, -0.4, 1.0, 1.0),
+               "concat vs sinusoidal": _seeds(1.5, 0.8, 2.2, 0.004),
+               "none vs sinusoidal": _seeds(-5.0, -6.0, -4.0, 0.001),
+               "concat vs sinusoidal_narrow": _seeds(2.1, 1.2, 3.0, 0.2)}
+    sig = {t: {c: {"seeds": dict(s)} for c, s in figures.items()} for t in corpus.tests}
+    text = summary(table_rows(runs, corpus), sig, corpus)
+    assert ("- **Table 3 (E), learned against sinusoidal positions**: `learned` minus `sinusoidal` +0.30, "
+            "+0.30, +0.30 BLEU: within noise on 3 of 3.") in text
+    assert ("`concat` minus `sinusoidal_narrow` +2.10, +2.10, +2.10 BLEU: unadjusted interval excludes 0 on "
+            "3 of 3; `concat` minus `sinusoidal` +1.50, +1.50, +1.50 BLEU: significant after Holm's "
+            "adjustment on 3 of 3.") in text
+    assert "- **No positions at all**: `none` minus `sinusoidal` -5.00" in text
+    assert "Positions inside attention" not in text  # none of rope, relative, alibi was run
+    assert text.count("\n- ") == 4 and "- **By dev perplexity**, best first: " in text
+    assert "| variant | dev PPL (val) | BLEU test_2016_flickr |" in text
+    assert [line.split(" |")[0] for line in text.splitlines() if line.startswith("| ") and "±" in line] == [
+        f"| {v}" for v in variants]
+
 def test_kendall_tau():
     assert kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
     assert kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
     assert kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == pytest.approx(1 / 3, abs=1e-3)
-
-
-def test_readme_blocks_are_copied_from_their_files(tmp_path):
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results/t.md").write_text("| a |\n")
-    text = "intro\n<!-- begin: results/t.md -->\nold\n<!-- end: results/t.md -->\noutro\n"
-    assert sync(text, tmp_path) == "intro\n<!-- begin: results/t.md -->\n| a |\n<!-- end: results/t.md -->\noutro\n"
-
-
-def test_readme_and_docs_show_the_committed_results():
-    from posenc.readme import pages
-
-    shown = ""
-    for page in pages(ROOT / "README.md"):
-        text = page.read_text(encoding="utf-8")
-        assert sync(text, ROOT) == text, f"{page} is stale: run `make readme`"
-        shown += text
-    for block in ("results/table.md", "results/findings.md", "results/analysis.md"):
-        assert f"<!-- begin: {block} -->" in shown
-    assert "<!-- begin: results/findings.md -->" in (ROOT / "README.md").read_text(encoding="utf-8")
-
-
-def _slug(heading: str) -> str:
-    """GitHub's anchor of a Markdown heading."""
-    import re
-
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def test_every_link_of_readme_and_docs_resolves():
-    """Relative links name a file that exists and, after #, a heading of it."""
-    import re
-
-    from posenc.readme import pages
-
-    checked = 0
-    for page in pages(ROOT / "README.md"):
-        text = page.read_text(encoding="utf-8")
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
-            if re.match(r"[a-z]+:", target):
-                continue  # a URL
-            path, _, anchor = target.partition("#")
-            linked = (page.parent / path).resolve() if path else page
-            assert linked.exists(), f"{page.name}: {target}: no such file"
-            if anchor:
-                headings = [_slug(line.lstrip("#")) for line in linked.read_text(encoding="utf-8").split("\n")
-                            if line.startswith("#")]
-                assert anchor in headings, f"{page.name}: {target}: no such heading in {linked.name}"
-            checked += 1
-    assert checked > 30
-
-
-def test_the_readme_is_a_front_door():
-    """Under about 250 lines; the rest is in docs/, one page a subject, every page linked from it."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 250
-    for page in (ROOT / "docs").glob("*.md"):
-        if page.name != "README.md":
-            assert f"(docs/{page.name})" in text, f"README does not link docs/{page.name}"
 
 
 def test_provenance_names_the_numerics_and_refuses_two_modes(tmp_path):
@@ -312,3 +276,35 @@ def test_the_dvc_charts_colour_each_variant_as_the_figures_do():
         assert dict(zip(scale["domain"], scale["range"])) == {v: STYLE[v][0] for v in POSITIONAL}
     lines = json.loads((ROOT / ".dvc/plots/runs_lines.json").read_text())["encoding"]
     assert lines["strokeDash"]["field"] == "seed" and lines["column"]["field"] == "rev"
+
+
+def test_the_code_revision_is_the_first_commit_with_the_pinned_sources(tmp_path, monkeypatch):
+    """Not the latest commit: one that changes another file, or only results, leaves it in place."""
+    import hashlib
+    import subprocess
+
+    from posenc.stages.report import code_revision
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    monkeypatch.chdir(tmp_path)
+    git("init", "-q")
+    (tmp_path / "src").mkdir()
+    revisions = []
+    for text in ("a = 1\n", "a = 2\n"):
+        (tmp_path / "src/model.py").write_text(text)
+        git("add", "-A"), git("commit", "-qm", text)
+        revisions.append(git("rev-parse", "HEAD"))
+    md5 = hashlib.md5(b"a = 2\n").hexdigest()
+    stages = {"train@x-1": {"deps": [{"path": "src/model.py", "md5": md5}, {"path": "data/a", "md5": "0"}]},
+              "report": {"deps": [{"path": "src/other.py", "md5": "stale"}]}}
+    assert code_revision(stages) == revisions[1]
+    (tmp_path / "src/other.py").write_text("b = 1\n")
+    (tmp_path / "results.md").write_text("figures\n")
+    git("add", "-A"), git("commit", "-qm", "later")
+    assert code_revision(stages) == revisions[1]
+    stages["train@x-1"]["deps"][0]["md5"] = hashlib.md5(b"a = 3\n").hexdigest()
+    assert code_revision(stages).startswith("uncommitted")
+    assert code_revision({}).startswith("unknown")

@@ -60,10 +60,14 @@ STAGES = {
         "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
         "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
         "--findings-md": "Markdown of the conclusions the table supports, to write",
+        "--summary-md": "Markdown of README's summary: a line a question, and the main table, to write",
         "--table-csv": "CSV table to write", "--by-length-csv": "BLEU by source length, CSV to write",
         "--curves-csv": "every run's dev perplexity by update, CSV to write (the DVC plot)",
         "--extrapolation-csv": "BLEU by k per variant and test set, CSV to write",
         "--figures": "directory for the PNG figures"}),
+    "earlier-runs": ("posenc.stages.earlier_runs", "the pinned table beside the earlier complete runs: per cell, and every Holm-significant conclusion", {
+        "--table": "report's table.json", "--earlier": "directory of the earlier runs' table.json (<name>.json)",
+        "--md": "Markdown comparison to write"}),
     "trained-short": ("posenc.stages.trained_short", "§3.5 trained short: BLEU by source length over seeds, the share kept beyond L, tested", {
         "--short-runs": "directory of the short runs' results (lengths.json, hyps/)",
         "--spm": "SentencePiece model (its EOS id)", "--arrays": "encoded splits (the source lengths)",

@@ -53,3 +53,16 @@ def to_csv(rows: list[dict], columns: list[str]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
+
+
+VERDICTS = ("significant after Holm's adjustment",
+            "its interval excludes 0, but not after Holm's adjustment",
+            "within noise (the interval includes 0)")
+
+
+def verdict(s: dict) -> str:
+    """How one seed-aware comparison reads (VERDICTS): Holm-adjusted significant, nominal, or
+    within noise."""
+    if s["p_holm"] < 0.05:
+        return VERDICTS[0]
+    return VERDICTS[1] if s["ci"][0] > 0 or s["ci"][1] < 0 else VERDICTS[2]

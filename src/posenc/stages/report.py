@@ -9,6 +9,8 @@ rows, which are labelled.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import statistics
@@ -27,7 +29,7 @@ from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_l
                          hypothesis_path, result_dir, run_name)
 from posenc.scoring import read_references
 from posenc.significance import holm, paired_bootstrap, seed_bootstrap, sentence_statistics
-from posenc.tables import cell, markdown_table, p_is, p_text, span, summarize, to_csv
+from posenc.tables import VERDICTS, cell, markdown_table, p_is, p_text, span, summarize, to_csv, verdict
 
 MEASURES = ("bleu", "bleu_tok", "chrf")  # `<measure>_<split>` keys of metrics.json and scores.json
 
@@ -239,7 +241,7 @@ def bleu_by_length(runs: list[dict], corpus: corpora.Corpus, raw: Path,
 
 def provenance(runs: list[dict], lock: Path) -> dict:
     """What a citation needs: metric signatures, data hashes from dvc.lock, code revision, versions."""
-    hashes = {}
+    hashes, stages = {}, {}
     if Path(lock).is_file():
         stages = (yaml.safe_load(Path(lock).read_text(encoding="utf-8")) or {}).get("stages", {})
         for stage in ("fetch", "prepare"):
@@ -254,20 +256,35 @@ def provenance(runs: list[dict], lock: Path) -> dict:
     return {"numerics": runs[0]["signature"].get("numerics"),
             "bleu_signature": runs[0]["signature"]["bleu"],
             "chrf_signature": runs[0]["signature"]["chrf"],
-            "data_md5_from_dvc_lock": hashes, "code_revision": code_revision(),
+            "data_md5_from_dvc_lock": hashes, "code_revision": code_revision(stages),
             "versions": {p: version(p) for p in ("torch", "sacrebleu", "sentencepiece")}}
 
 
-def code_revision() -> str:
-    """The last commit that changed src/ (stable when only results are committed after it)."""
+def code_revision(stages: dict) -> str:
+    """The revision of the code that computed the runs: the first commit at which every source
+    file that dvc.lock records for the stages before the report had its pinned content. Later
+    commits that change other files, or only results, leave it where it is, so the table names
+    what computed it rather than the latest commit."""
+    pinned = {d["path"]: d["md5"] for name, stage in stages.items() if name != "report"
+              for d in stage.get("deps", []) if d["path"].startswith("src/") and "md5" in d}
+    if not pinned:
+        return "unknown (dvc.lock records no source file)"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
+
     try:
-        commit = subprocess.run(["git", "log", "-1", "--format=%H", "--", "src"], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], check=True,
-                               capture_output=True, text=True).stdout.strip()
+        commits = git("rev-list", "--reverse", "HEAD", "--", *sorted(pinned)).split()
+        md5 = functools.cache(lambda blob: hashlib.md5(subprocess.run(
+            ["git", "cat-file", "blob", blob], check=True, capture_output=True).stdout).hexdigest())
+        for commit in commits:
+            tree = dict(line.split(" ", 2)[2].split("\t")[::-1] for line in
+                        git("ls-tree", commit, "--", *sorted(pinned)).splitlines())
+            if all(path in tree and md5(tree[path]) == want for path, want in pinned.items()):
+                return commit
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
-    return (commit or "uncommitted") + (" with uncommitted changes in src/" if dirty else "")
+    return "uncommitted (no commit has the source files dvc.lock records)"
 
 
 def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dict],
@@ -349,25 +366,12 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
     lines += ["", "Provenance:", "",
               f"- BLEU signature: `{prov['bleu_signature']}`",
               f"- chrF signature: `{prov['chrf_signature']}`",
-              f"- code revision (last commit touching src/): `{prov['code_revision']}`",
+              f"- code revision (the first commit with the source files dvc.lock records): `{prov['code_revision']}`",
               "- numerics: " + (", ".join(f"{k} {v}" for k, v in prov["numerics"].items()) if prov.get("numerics")
                                 else "not recorded (runs from before the numerics modes: native)"),
               "- versions: " + ", ".join(f"{k} {v}" for k, v in prov["versions"].items())]
     lines += [f"- data (dvc.lock md5): `{path}` {md5}" for path, md5 in prov["data_md5_from_dvc_lock"].items()]
     return "\n".join(lines) + "\n"
-
-
-VERDICTS = ("significant after Holm's adjustment",
-            "its interval excludes 0, but not after Holm's adjustment",
-            "within noise (the interval includes 0)")
-
-
-def _verdict(s: dict) -> str:
-    """How one seed-aware comparison reads (VERDICTS): Holm-adjusted significant, nominal, or
-    within noise."""
-    if s["p_holm"] < 0.05:
-        return VERDICTS[0]
-    return VERDICTS[1] if s["ci"][0] > 0 or s["ci"][1] < 0 else VERDICTS[2]
 
 
 def _difference(s: dict, samples: int) -> str:
@@ -389,7 +393,7 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
              "comparison and test set (Significance over seeds).", ""]
 
     def comparison(c: str) -> list[str]:
-        return [f"- {t}: {_difference(sig[t][c]['seeds'], samples)}; {_verdict(sig[t][c]['seeds'])}."
+        return [f"- {t}: {_difference(sig[t][c]['seeds'], samples)}; {verdict(sig[t][c]['seeds'])}."
                 for t in tests]
 
     if "learned vs sinusoidal" in first:
@@ -400,8 +404,8 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                   f"{dev['dev_ppl']}; dev BLEU {dev[f'bleu_{corpus.dev}']}. The test sets, learned "
                   "minus sinusoidal:", ""]
         lines += comparison("learned vs sinusoidal")
-        verdict = {t: _verdict(sig[t]["learned vs sinusoidal"]["seeds"]) for t in tests}
-        differ, nominal, noise = ([t for t in tests if verdict[t] == v] for v in VERDICTS)
+        reading = {t: verdict(sig[t]["learned vs sinusoidal"]["seeds"]) for t in tests}
+        differ, nominal, noise = ([t for t in tests if reading[t] == v] for v in VERDICTS)
         parts = ([f"holds here on {', '.join(noise)} (the interval includes 0)"] if noise else [])
         parts += [f"holds on {', '.join(nominal)} after Holm's adjustment, though the unadjusted "
                   "interval excludes 0"] if nominal else []
@@ -418,12 +422,12 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
             if c in first:
                 lines += [f"`{c.replace(' vs ', '` minus `')}`: {what}.", ""] + comparison(c) + [""]
     lines += ["### Every comparison", ""]
-    verdicts = {(c, t): _verdict(sig[t][c]["seeds"]) for c in first for t in tests}
-    for verdict in VERDICTS:
+    verdicts = {(c, t): verdict(sig[t][c]["seeds"]) for c in first for t in tests}
+    for kind in VERDICTS:
         hits = [f"`{c}` on " + ", ".join(f"{t} ({sig[t][c]['seeds']['delta']:+.2f})" for t in tests
-                                        if verdicts[c, t] == verdict)
-                for c in first if any(verdicts[c, t] == verdict for t in tests)]
-        lines += [f"- {verdict[0].upper() + verdict[1:]}: " + ("; ".join(hits) if hits else "none") + "."]
+                                        if verdicts[c, t] == kind)
+                for c in first if any(verdicts[c, t] == kind for t in tests)]
+        lines += [f"- {kind[0].upper() + kind[1:]}: " + ("; ".join(hits) if hits else "none") + "."]
     steps, mean = ranking["steps"], ranking["mean"]
     last = mean[steps[-1]]["order"]
     since = steps[-1]
@@ -481,6 +485,44 @@ def findings(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
                                           "domain of its own, Varis & Bojar 2021)" if share > 0.5 else "")
                           + ".", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# README's summary: one line a question, in the order the project asks them (README, "What it found").
+QUESTIONS = [("Table 3 (E), learned against sinusoidal positions", ["learned vs sinusoidal"]),
+             ("Sum or concatenate: at the same token-table width, then against the paper's sum",
+              ["concat vs sinusoidal_narrow", "concat vs sinusoidal"]),
+             ("No positions at all", ["none vs sinusoidal"]),
+             ("Positions inside attention", ["rope vs sinusoidal", "relative vs sinusoidal", "alibi vs sinusoidal"])]
+
+
+def summary(rows: list[dict], sig: dict, corpus: corpora.Corpus) -> str:
+    """README's front: a line per question with its test-set differences and how they read (the
+    intervals and p-values are in findings.md), and the main table."""
+    tests = corpus.tests
+    first = sig[tests[0]]
+
+    def reading(c: str) -> str:
+        kinds = [VERDICTS.index(verdict(sig[t][c]["seeds"])) for t in tests]
+        return ", ".join(f"{short} on {kinds.count(i)} of {len(tests)}" for i, short in enumerate(
+            ("significant after Holm's adjustment", "unadjusted interval excludes 0", "within noise")) if i in kinds)
+
+    n = rows[0]["dev_ppl"]["n"]
+    lines = [f"Generated by `posenc report`: differences of mean test BLEU over {n} seeds on "
+             f"{', '.join(tests)}, read with the two-level bootstrap and Holm's adjustment "
+             "(the intervals and p-values: docs/results.md).", ""]
+    for question, comparisons in QUESTIONS:
+        shown = [c for c in comparisons if c in first]
+        if shown:
+            lines.append(f"- **{question}**: " + "; ".join(
+                f"`{c.replace(' vs ', '` minus `')}` "
+                + ", ".join(f"{sig[t][c]['seeds']['delta']:+.2f}" for t in tests) + f" BLEU: {reading(c)}"
+                for c in shown) + ".")
+    order = sorted(rows, key=lambda r: r["dev_ppl"]["mean"])
+    lines += [f"- **By dev perplexity**, best first: {', '.join(r['variant'] for r in order)}.", ""]
+    lines += markdown_table(["variant", f"dev PPL ({corpus.dev})", *(f"BLEU {t}" for t in tests)],
+                            [[r["variant"], cell(r["dev_ppl"]), *(cell(r[f"bleu_{t}"]) for t in tests)]
+                             for r in rows])
+    return "\n".join(lines) + "\n"
 
 
 def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], runs: list[dict], path: Path) -> None:
@@ -591,7 +633,7 @@ def run(args) -> None:
     extrapolation = extrapolation_rows(runs)
     figures = Path(args.figures)
     files.clear(figures / "*.png", figures / "*.svg", args.by_length_csv, args.curves_csv, args.table_csv,
-                args.extrapolation_csv, args.table_json, args.table_md, args.findings_md)  # never a mix of two runs'
+                args.extrapolation_csv, args.table_json, args.table_md, args.findings_md, args.summary_md)  # never a mix of two runs'
     plot_learning_curves(curves, runs, figures / "learning_curves.png")
     plot_bleu_by_length(by_length, figures / "bleu_by_length.png")
     plot_extrapolation(extrapolation, figures / "extrapolation.png")
@@ -615,6 +657,7 @@ def run(args) -> None:
                                        "paper": PAPER_ROWS})
     files.write_text(args.table_md, markdown(rows, sig, ranking, extrapolation, corpus, prov, cfg.baseline, runs))
     files.write_text(args.findings_md, findings(rows, sig, ranking, extrapolation, corpus))
+    files.write_text(args.summary_md, summary(rows, sig, corpus))
     best = max(rows, key=lambda r: r[f"bleu_{corpus.tests[0]}"]["mean"])
     print(f"report: {len(rows)} variants x {len(seeds)} seeds -> {args.table_md}; best on "
           f"{corpus.tests[0]}: {best['variant']} {best[f'bleu_{corpus.tests[0]}']['mean']} BLEU")
