@@ -55,7 +55,7 @@ def sh(*args: str, cwd: Path) -> str:
 def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     work = tmp_path / "project"
     work.mkdir()
-    for name in ("src", "dvc.yaml", "pyproject.toml", ".gitignore", "Makefile"):
+    for name in ("src", "dvc.yaml", "pyproject.toml", ".gitignore", "Makefile", "results/earlier"):
         source = ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, work / name)
     shutil.copy(TINY, work / "params.yaml")
@@ -81,7 +81,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
                    for n in study["sum_depths"] for s in seeds})
     shorts = {f"{stage}@{v}-{s}" for stage in ("train_short", "evaluate_short") for v in short["variants"]
               for s in seeds}
-    assert {"fetch", "prepare", "shorten", "report", "analyze", "residuals", "trained_short"} | residual | shorts | {
+    assert {"fetch", "prepare", "shorten", "report", "analyze", "residuals", "trained_short", "earlier_runs"} | residual | shorts | {
         f"{s}@{r}" for s in ("train", "evaluate", "extrapolate") for r in runs} == set(stages)
     table = (work / "results/table.md").read_text()
     assert all(f"| {v} |" in table for v in variants)
@@ -95,6 +95,10 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     assert "# §3.5 trained short, tested long" in (work / "results/short/table.md").read_text()
     findings = (work / "results/findings.md").read_text()
     assert "### Sum against concatenation" in findings and "holds here on" in findings
+    summary = (work / "results/summary.md").read_text()  # README's front, generated
+    assert "- **Table 3 (E), learned against sinusoidal positions**: `learned` minus `sinusoidal`" in summary
+    # the earlier complete runs are the default profile's, on other data: said, not compared
+    assert (work / "results/earlier_runs.md").read_text().count("Computed on other data") == 2
     for name in ("figures/learning_curves", "figures/bleu_by_length", "figures/extrapolation",
                  "analysis_figures/position_variance",
                  "analysis_figures/logit_terms", "analysis_figures/word_order", "residual/figures/highway", "short/figures/bleu_by_length"):
