@@ -159,8 +159,9 @@ def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None, str
         return 0, None, "its models are not here (`dvc pull`), so decoding was not compared"
     # The pinned hypotheses are of the last.pt that dvc.lock records as the evaluation's input; a
     # last.pt retrained since (a pinning run under way, before its evaluate stage) is not theirs.
-    stage = next(k for k in (args.run, f"evaluate@{args.run}") if k in _stages(Path(args.lock)))
-    recorded = next((d.get("md5") for d in _stages(Path(args.lock))[stage].get("deps", [])
+    stages = _stages(Path(args.lock))
+    stage = next(k for k in (args.run, f"evaluate@{args.run}") if k in stages)
+    recorded = next((d.get("md5") for d in stages[stage].get("deps", [])
                      if d.get("path") == eargs.last), None)
     if recorded is not None and recorded != hashlib.md5((root / eargs.last).read_bytes()).hexdigest():
         return 0, None, (f"its pinned dev hypotheses were decoded from another {eargs.last} than the one "
