@@ -13,7 +13,8 @@ import pytest
 from posenc.config import ShortTrainingConfig
 from posenc.errors import UserError
 from posenc.significance import corpus_bleu, kept_share, kept_share_bootstrap, sentence_statistics
-from posenc.stages.trained_short import findings, load_runs, markdown, sentence_sets, significance, table_rows
+from posenc.stages.trained_short import (findings, load_runs, markdown, reference_stops, sentence_sets, significance,
+                                         table_rows)
 
 SHORT = ShortTrainingConfig(max_len=6, variants=("sinusoidal", "learned", "none"), buckets=(9,))
 SEEDS = (1, 2)
@@ -59,11 +60,38 @@ def test_the_kept_share_and_its_test_against_sinusoidal_and_none(tmp_path):
     assert sig["learned vs sinusoidal"]["delta"] < 0 and sig["learned vs sinusoidal"]["ci"][1] < 0
     assert sig["none vs sinusoidal"]["delta"] == 0  # the same hypotheses
     assert all(r["p_holm"] >= r["p"] for r in sig.values())
-    text = markdown(rows, sig, SHORT, SEEDS, 200)
+    refs = reference_stops([len(r.split()) + 1 for r in REFS], buckets, SHORT.max_len)  # EOS included
+    assert refs == [{"within_max_len": 30, "sentences": 30}, {"within_max_len": 0, "sentences": 15},
+                    {"within_max_len": 0, "sentences": 15}]
+    text = markdown(rows, refs, sig, SHORT, SEEDS, 200)
     assert "| learned vs sinusoidal | -" in text and "were never trained" in text
     assert "sentences per bucket: 1-6: 30, 7-9: 15, 10+: 15" in text
-    said = findings(rows, sig, SHORT, 200)
-    assert "**Against `sinusoidal`** (Holm-adjusted, 200 resamples): none keeps significantly more; keep less: learned." in said
+    assert "| references | 100% | 0% | 0% |" in text
+    said = findings(rows, refs, sig, SHORT, 200)
+    assert ("**Against `sinusoidal`** (Holm-adjusted, 200 resamples): no variant keeps significantly more; "
+            "keep significantly less: `learned`.") in said
+    # `none vs sinusoidal` read from `none`'s side; `learned` keeps less than `none` as it does than sinusoidal
+    assert ("**Against `none`** (Holm-adjusted, 200 resamples): no variant keeps significantly more; "
+            "keep significantly less: `learned`.") in said
+    assert "this protocol supports it: `learned` keeps significantly less (-0.449 of kept share" in said
+    same = {**sig, "learned vs sinusoidal": {**sig["learned vs sinusoidal"], "p_holm": 0.3}}
+    assert "this protocol neither supports nor refutes it" in findings(rows, refs, same, SHORT, 200)
+    # the constructed runs never stop early: the drop beyond L is not the early stop
+    assert "of those sources' references, 0% are that short. Not every variant ends at or before L" in said
+
+
+def test_early_stops_are_read_against_the_references():
+    """Beyond L, outputs that end by L target positions more often than their references do are
+    the stop learned from short targets (Varis & Bojar 2021); the findings say so only then."""
+    bucket = {"sources": "7+", "sentences": 10, "outputs": 20, "bleu": {"mean": 10.0, "std": 0.0}}
+    rows = [{"variant": v, "kept": {"mean": 0.5, "std": 0.0},
+             "buckets": [{**bucket, "sources": "1-6", "stopped_within_max_len": 20},
+                         {**bucket, "stopped_within_max_len": stops}]} for v, stops in (("sinusoidal", 18), ("none", 16))]
+    said = findings(rows, [{"within_max_len": 10, "sentences": 10}, {"within_max_len": 2, "sentences": 10}], {}, SHORT, 50)
+    assert ("`sinusoidal` 90%, `none` 80%; of those sources' references, 20% are that short. Every variant ends at "
+            "or before L more often than the references do (by 60 to 70 points)") in said
+    said = findings(rows, [{"within_max_len": 10, "sentences": 10}, {"within_max_len": 9, "sentences": 10}], {}, SHORT, 50)
+    assert "90% are that short. Not every variant ends at or before L more often" in said
 
 
 def test_runs_of_bleu_zero_within_l_support_no_conclusion(tmp_path):
@@ -74,7 +102,7 @@ def test_runs_of_bleu_zero_within_l_support_no_conclusion(tmp_path):
     sets = {k: (np.zeros_like(w), b) for k, (w, b) in sentence_sets(runs, sources, raw, SHORT)[0].items()}
     rows = table_rows(runs, sets, SHORT.variants, SEEDS)
     assert all(r["kept"] is None for r in rows)
-    assert "support no conclusion" in findings(rows, significance(sets, SHORT.variants, SEEDS, 50, 1), SHORT, 50)
+    assert "support no conclusion" in findings(rows, [], significance(sets, SHORT.variants, SEEDS, 50, 1), SHORT, 50)
 
 
 def test_a_missing_run_and_a_cut_hypothesis_file_are_one_line(tmp_path):
