@@ -10,7 +10,8 @@ import pytest
 
 from posenc import config, corpora
 from posenc.errors import UserError
-from posenc.stages.residuals import findings, groups, highway_rows, load, markdown, run_dirs, significance, table_rows
+from posenc.stages.residuals import (findings, geometric_mean, groups, highway_rows, load, markdown, run_dirs,
+                                     significance, table_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(40)]
@@ -92,10 +93,34 @@ def test_table_test_and_findings_follow_the_figures(study):
     assert "| concat | 1 | 1,000 | 7.000 ± 0.000 |" in text
     assert "| none | 1 | 0.01 | 0.01 | 2 |  |" in text and "| concat | 1 | 0.5 | 0.5 | 0.6 | 1.2 / 0.8 |" in text
     said = findings(rows, sig, hw, cells, corpus)
-    assert "at 1 layer sum 0.9, concat 0.5, none 0.01. The sum passes the most gradient down" in said
-    assert "|f(x)| / |x| = 0.3" in said and "each is smaller than its input" in said
+    assert ("at 1 layer `sum` 0.9 / 0.9, `concat` 0.5 / 0.5, `none` 0.01 / 0.01. The sum keeps it within an order "
+            "of magnitude of 1 at every depth, as the conjecture says; `none` does not, at 1 layer; `concat` does too, "
+            "at 1 layer.") in said
+    assert "1 of `sum`'s 1 sub-layers change their input by less than its own size" in said
+    assert "(|f(x)| / |x| median 0.3, 0.3-0.3): each is a correction smaller than its input" in said
     assert "W's half acting on x ends at norm 1.2" in said and "keeping the path" in said
     assert "**none vs sum, 1 layer:**" in said
+
+
+def test_the_findings_say_where_the_sum_itself_is_impeded_and_most_updates_are_large(study):
+    """Conjecture 1 read per depth on both stacks; conjecture 2 by the share of sub-layers."""
+    runs, cells, _ = study
+    hw = highway_rows(runs, cells, SEEDS)
+    for r in hw:
+        if (r["kind"], r["part"]) == ("sum", "decoder embeddings"):
+            r["value"] = 40.0  # the sum's decoder gradient 40x the top layer's: not within 10x
+        if (r["kind"], r["measure"]) == ("sum", "update_ratio"):
+            r["value"] = 1.5
+    said = findings(table_rows(runs, cells, SEEDS, corpora.get("multi30k")), {}, hw, cells, corpora.get("multi30k"))
+    assert "`sum` 0.9 / 40" in said
+    assert "The sum itself does not keep it within an order of magnitude of 1 at 1 layer, so the figures" in said
+    assert "0 of `sum`'s 1 sub-layers" in said and "most are as large as their input or larger" in said
+
+
+def test_the_mean_over_seeds_of_a_ratio_is_geometric():
+    """One seed's vanished gradient does not disappear into another's small one."""
+    assert geometric_mean([1e-12, 1e-2]) == pytest.approx(1e-7)
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0) and geometric_mean([0.0, 3.0]) == 0.0
 
 
 def test_a_missing_evaluation_names_the_stage_that_makes_it(tmp_path):

@@ -81,5 +81,6 @@ def run(args) -> None:
                                     **{f"bleu_{split}": v for split, v in metrics["bleu"].items()}})
     files.write_json(args.scores, {f"{m}_{split}": v for m in ("chrf", "bleu_tok")
                                    for split, v in metrics[m].items()})
-    print(f"evaluate: {model.config.positional} seed {args.seed}: dev PPL {metrics['dev_ppl']:.2f}, "
-          + ", ".join(f"{k} BLEU {v}" for k, v in metrics["bleu"].items()))
+    c = model.config  # the residual study's runs share the variant: name the residual kind and depth too
+    print(f"evaluate: {c.positional}, {c.layers} layers, residual {c.residual}, seed {args.seed}: "
+          f"dev PPL {metrics['dev_ppl']:.2f}, " + ", ".join(f"{k} BLEU {v}" for k, v in metrics["bleu"].items()))
