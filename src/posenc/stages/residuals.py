@@ -285,6 +285,9 @@ def plot_highway(hw: list[dict], cells: list[tuple[str, int]], path: Path) -> No
             if not mine:
                 ax.set_axis_off()
                 continue
+            # 1 is a gradient that arrives unimpeded; the band is the findings' "within an order of magnitude"
+            ax.axhspan(0.1, 10, color="0.92", zorder=0)
+            ax.axhline(1, color="0.5", linewidth=0.8, zorder=0)
             for side, style in (("encoder", "-"), ("decoder", "--")):
                 parts = [f"{side} embeddings"] + [f"{side} layer {n} input" for n in range(1, depth + 1)]
                 for n, part in enumerate(parts):
@@ -299,7 +302,8 @@ def plot_highway(hw: list[dict], cells: list[tuple[str, int]], path: Path) -> No
     deepest = next(row[-1] for row in axes if row[-1].axison)  # its legend names every layer
     axes[0][-1].legend(*deepest.get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.01, 1),
                        fontsize="small", title="encoder (decoder dashed)", title_fontsize="small")
-    fig.suptitle("Gradient reaching each layer's input, geometric mean over seeds", fontsize="medium")
+    fig.suptitle("Gradient reaching each layer's input, geometric mean over seeds\n"
+                 "(shaded: within an order of magnitude of the top layer's)", fontsize="medium")
     save_figure(fig, path)
 
 
