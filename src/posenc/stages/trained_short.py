@@ -213,7 +213,7 @@ def plot(rows: list[dict], short: ShortTrainingConfig, seeds: tuple[int, ...], r
     ax.text(0.52, 0.98, f"L = {short.max_len}", transform=ax.get_xaxis_transform(), va="top", fontsize="small")
     ax.set_xticks(range(len(names)), [f"{n}\nn = {b['sentences']}" for n, b in zip(names, rows[0]["buckets"])])
     ax.set(xlabel="source length (subwords, EOS included)", ylabel="BLEU (mean over seeds, band: lowest-highest)",
-           title=f"Trained on pairs of at most {short.max_len} subwords, {len(seeds)} seeds")
+           title=f"Trained on pairs of at most {short.max_len} subwords, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
