@@ -4,7 +4,7 @@ docs/ shows measurements (the benchmarks, `posenc verify`, the pinning run's cos
 these records, copied in by `make readme`, so that no figure there is typed by hand and each one
 says which CPU, torch and command gave it. Run from the project root:
 
-    python benchmarks/record.py benchmarks/records/<cpu>/<name>.md -- \\
+    python benchmarks/record.py docs/records/<vendor>-<family>-<model>/<name>.md -- \\
         python benchmarks/train_throughput.py --threads 1 ...
 
 The command's standard output is echoed and kept; its standard error (progress bars) passes

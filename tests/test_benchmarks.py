@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, posenc
 
 
 def run(work: Path, script: str, *args: str) -> subprocess.CompletedProcess:
@@ -106,3 +106,29 @@ def test_run_costs_sums_each_part_and_scales_a_resumed_run(tmp_path):
     assert "1 of the runs resumed from a checkpoint" in out
     r = run(tmp_path, "run_costs.py", "--logs", "nothing")
     assert r.returncode == 2 and "no train-*.json" in r.stderr
+
+
+def test_residual_init_trains_concat_from_xavier_beside_the_pinned_identity_start(tiny_data, tmp_path):
+    models = tmp_path / "models"
+    r = run(tiny_data, "residual_init.py", "--layers", "1", "--seed", "1", "--out", str(tmp_path / "x"),
+            "--models", str(models))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"residual_init: {models}/residual-concat-1-1/dev_log.tsv: missing; run `dvc repro --single-item "
+        "train_residual@concat-1-1` first")
+    pinned = models / "residual-concat-1-1"  # the study's run as dvc.yaml's train_residual trains it
+    r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--residual", "concat", "--layers", "1",
+               "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
+               "--model", str(pinned / "model.pt"), "--last", str(pinned / "last.pt"),
+               "--train-log", str(pinned / "train_log.tsv"), "--dev-log", str(pinned / "dev_log.tsv"),
+               "--digests", str(pinned / "digests.json"), "--highway", str(pinned / "highway_log.tsv"),
+               "--checkpoints", str(tmp_path / "ck"), "--timings", str(tmp_path / "t.json"), cwd=tiny_data)
+    assert r.returncode == 0, r.stderr
+    out = bench(tiny_data, "residual_init.py", "--layers", "1", "--seed", "1", "--out", str(tmp_path / "x"),
+                "--models", str(models))
+    assert out.startswith("concat, 1 layer, seed 1: dev perplexity by update, W started at [I I] (the pinned "
+                          "run) and at Xavier\n")
+    rows = re.findall(r"^ +(\d+) +([\d.]+) +([\d.]+)$", out, re.M)
+    assert rows and all(identity != xavier for _, identity, xavier in rows)  # the start changes the run
+    halves = dict(re.findall(r"^W at the last update, (\w+) start: x half ([\d.]+)", out, re.M))
+    assert set(halves) == {"identity", "xavier"} and halves["xavier"] != halves["identity"]
+    assert "residual_init: xavier" in (tmp_path / "x/params.yaml").read_text()
