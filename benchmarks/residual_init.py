@@ -64,8 +64,8 @@ def main() -> int:
                     "--digests", str(o / "digests.json"), "--highway", str(o / "highway_log.tsv")],
                    check=True, stdout=sys.stderr)  # its summary line is not this probe's output
     identity, xavier = dev_ppl(pinned / "dev_log.tsv"), dev_ppl(o / "dev_log.tsv")
-    print(f"concat, {a.layers} layer{'s' if a.layers > 1 else ''}, seed {a.seed}: dev perplexity by update, W started at [I I] "
-          f"(the pinned run) and at Xavier")
+    print(f"concat, {a.layers} layer{'s' if a.layers > 1 else ''}, seed {a.seed}: dev perplexity by update, "
+          "W started at [I I] (the pinned run) and at Xavier")
     print(f"{'update':>8} {'identity':>10} {'xavier':>10}")
     for step in sorted(identity.keys() | xavier.keys()):
         print(f"{step:>8} {identity.get(step, float('nan')):>10.3f} {xavier.get(step, float('nan')):>10.3f}")

@@ -32,6 +32,11 @@ def layers_text(depth: int) -> str:
     return f"{depth} layer{'s' if depth != 1 else ''}"
 
 
+def depths_text(depths: list[int]) -> str:
+    """"3 layers", "3 and 6 layers"."""
+    return " and ".join([*map(str, depths[:-1]), layers_text(depths[-1])])
+
+
 def groups(study: config.ResidualStudyConfig, layers: int) -> list[tuple[str, int]]:
     """The (kind, depth) cells of the study, each depth's `sum` first: sum at `layers` (the
     positional table's sinusoidal run) and at `sum_depths`, the other kinds at `depths`."""
@@ -213,22 +218,20 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
                 grads[kind] = sides
                 (near if all(0.1 <= g <= 10 for g in sides) else far).append((kind, depth))
         if grads:
-            said.append(f"at {layers_text(depth)} " + ", ".join(f"`{k}` {e:.3g} / {d:.3g}" for k, (e, d) in grads.items()))
+            said.append(f"at {layers_text(depth)} "
+                        + ", ".join(f"`{k}` {e:.3g} / {d:.3g}" for k, (e, d) in grads.items()))
     if said:
-        def at(ds: list[int]) -> str:  # "3 layers", "3 and 6 layers"
-            return " and ".join(map(str, ds[:-1])) + (" and " if len(ds) > 1 else "") + layers_text(ds[-1])
-
         def where(kind: str, among: list) -> str:
-            return at([d for k, d in among if k == kind])
+            return depths_text([d for k, d in among if k == kind])
         sums_far = [d for k, d in far if k == "sum"]
         lines += ["**1. \"The gradient flows back unimpeded through a sum.\"** The gradient norm at the token "
                   "embeddings over the norm at the top layer's output (encoder / decoder; 1 is unimpeded), at the "
                   "last update: " + "; ".join(said) + ". "
-                  + (f"The sum keeps it within an order of magnitude of 1 at every depth, as the conjecture says"
+                  + ("The sum keeps it within an order of magnitude of 1 at every depth, as the conjecture says"
                      if not sums_far else
-                     f"The sum itself does not keep it within an order of magnitude of 1 at {at(sums_far)}, "
-                     "so the figures do not support the conjecture as "
-                     "stated (in the paper's post-norm layer, the sum's gradient also passes a LayerNorm)")
+                     f"The sum itself does not keep it within an order of magnitude of 1 at {depths_text(sums_far)}, "
+                     "so the figures do not support the conjecture as stated (in the paper's post-norm layer, the "
+                     "sum's gradient also passes a LayerNorm)")
                   + "".join(f"; `{k}` does not, at {where(k, far)}" for k in KINDS[1:] if any(c == k for c, _ in far))
                   + "".join(f"; `{k}` does too, at {where(k, near)}" for k in KINDS[1:] if any(c == k for c, _ in near))
                   + ".", ""]
