@@ -111,10 +111,20 @@ def test_the_findings_say_where_the_sum_itself_is_impeded_and_most_updates_are_l
             r["value"] = 40.0  # the sum's decoder gradient 40x the top layer's: not within 10x
         if (r["kind"], r["measure"]) == ("sum", "update_ratio"):
             r["value"] = 1.5
-    said = findings(table_rows(runs, cells, SEEDS, corpora.get("multi30k")), {}, hw, cells, corpora.get("multi30k"))
+    rows = table_rows(runs, cells, SEEDS, corpora.get("multi30k"))
+    said = findings(rows, {}, hw, cells, corpora.get("multi30k"))
+    assert "Which runs trained" not in said  # dev perplexities 6, 7 and 9: every run trained
     assert "`sum` 0.9 / 40" in said
     assert "The sum itself does not keep it within an order of magnitude of 1 at 1 layer, so the figures" in said
     assert "0 of `sum`'s 1 sub-layers" in said and "most are as large as their input or larger" in said
+    for r in rows:  # sum and none end above 10x concat's dev perplexity: they did not train
+        r["dev_ppl"]["mean"] = {"sum": 280.0, "concat": 7.0, "none": 436.0}[r["kind"]]
+    said = findings(rows, {}, hw, cells, corpora.get("multi30k"))
+    assert ("**Which runs trained.** `sum` at 1 layer (280), `none` at 1 layer (436) end at a dev perplexity more "
+            "than an order of magnitude above the study's best, `concat` at 1 layer (7):") in said
+    assert "the measures below describe their failed training" in said
+    assert "At 1 layer even `sum` failed, so every comparison there is between runs that did not train" in said
+    assert "The sum itself does not keep it within an order of magnitude of 1 at 1 layer, where it did not train" in said
 
 
 def test_the_mean_over_seeds_of_a_ratio_is_geometric():

@@ -205,6 +205,23 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
     no conclusion outlives the numbers it rests on."""
     depths = sorted({d for _, d in cells})
     lines = ["## The residual study: what the figures support", ""]
+    # 0. which cells trained at all: a run whose dev perplexity ends more than an order of magnitude
+    # above the study's best did not learn to translate, and its measures describe a failed run
+    ppl = {(r["kind"], r["layers"]): r["dev_ppl"]["mean"] for r in rows}
+    best = min(ppl, key=ppl.get)
+    failed = [c for c in cells if ppl[c] > 10 * ppl[best]]
+    if failed:
+        lines += ["**Which runs trained.** " + ", ".join(f"`{k}` at {layers_text(d)} ({ppl[k, d]:.4g})" for k, d in failed)
+                  + (" end" if len(failed) > 1 else " ends")
+                  + f" at a dev perplexity more than an order of magnitude above the study's best, `{best[0]}` "
+                  f"at {layers_text(best[1])} ({ppl[best]:.4g}): " + ("they" if len(failed) > 1 else "it")
+                  + " did not learn to translate in the recipe's updates, and the measures below describe "
+                  + ("their" if len(failed) > 1 else "its") + " failed training."
+                  + "".join(f" At {layers_text(d)} even `sum` failed, so every comparison there is between runs that "
+                            "did not train: the recipe (its warmup and learning rate, the same at every depth) does not "
+                            "train a post-norm stack that deep, which post-norm's known need for a long warmup would "
+                            "explain (Xiong et al. 2020; Liu et al. 2020), not the residual kind."
+                            for k, d in failed if k == "sum"), ""]
     # 1. the highway: the gradient norm at the token embeddings over the top layer's output is 1
     # when it arrives unimpeded; the conjecture says that a sum keeps it near 1 and that other
     # arrangements put tolls on it. "Near" is within an order of magnitude, on both sides.
@@ -229,9 +246,10 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
                   "last update: " + "; ".join(said) + ". "
                   + ("The sum keeps it within an order of magnitude of 1 at every depth, as the conjecture says"
                      if not sums_far else
-                     f"The sum itself does not keep it within an order of magnitude of 1 at {depths_text(sums_far)}, "
-                     "so the figures do not support the conjecture as stated (in the paper's post-norm layer, the "
-                     "sum's gradient also passes a LayerNorm)")
+                     f"The sum itself does not keep it within an order of magnitude of 1 at {depths_text(sums_far)}"
+                     + (", where it did not train" if all(("sum", d) in failed for d in sums_far) else
+                        ", so the figures do not support the conjecture as stated (in the paper's post-norm layer, "
+                        "the sum's gradient also passes a LayerNorm)"))
                   + "".join(f"; `{k}` does not, at {where(k, far)}" for k in KINDS[1:] if any(c == k for c, _ in far))
                   + "".join(f"; `{k}` does too, at {where(k, near)}" for k in KINDS[1:] if any(c == k for c, _ in near))
                   + ".", ""]
