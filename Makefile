@@ -11,26 +11,23 @@ TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
 export PATH := $(abspath $(BIN)):$(PATH)
 export LD_PRELOAD := $(TCMALLOC)
 
-# The training stages run TRAIN_JOBS at a time, each with train.threads threads (params.yaml): on a
-# 2-core machine two one-thread trainings side by side finish in 0.80x the time of two two-thread
-# trainings in turn (README, Performance). DVC runs stages side by side when each is its own
-# `dvc repro` (it releases the repository lock while a stage's command runs); --wait-for-lock has
-# them take turns at dvc.lock, so one dvc.lock comes out. The bits do not depend on the schedule:
-# the thread count is a param. Seed 1 of every variant trains first, then seed 2, ...: a run cut
-# short has whole seeds of the table.
-TRAIN_JOBS ?= 2
-# Then `analyze` and the evaluate@ and extrapolate@ stages run EVAL_JOBS at a time, each with
-# eval.threads threads: on the 2-core machine two one-thread evaluations side by side took 0.68x
-# the wall time of the same two with two threads in turn, with the same hypotheses (README,
-# Performance). `report` needs them all and runs last, in the closing `dvc repro`.
-EVAL_JOBS ?= 2
+# The pinning run goes unit by unit (posenc pin, docs/pipeline.md): a unit is one run's training
+# and every stage that reads its weights, and JOBS units run side by side, each stage with
+# train.threads or eval.threads threads (params.yaml): on a 2-core machine two one-thread
+# trainings side by side finish in 0.80x the time of two two-thread trainings in turn (README,
+# Performance). The bits do not depend on the schedule: the thread count is a param. Seed 1 of
+# every variant first, then seed 2, ...; then the residual study, then the short runs. A unit
+# pinned in dvc.lock is never run again, its weights here or not. REPIN=1 re-pins units that
+# the current code or params made stale.
+JOBS ?= 2
+REPIN ?=
 
 # requirements.lock pins torch==2.13.0. pip's default index (PyPI) serves it on Linux as the CUDA
 # build (several GB); PyTorch's own CPU index serves 2.13.0+cpu, which meets the same pin and which
 # pip then prefers: `make TORCH_INDEX=https://download.pytorch.org/whl/cpu test`. Empty: PyPI's.
 TORCH_INDEX ?=
 
-.PHONY: repro pipeline test readme verify clean-venv
+.PHONY: pin repro pipeline setup test readme verify clean-venv
 
 # pip itself, pinned: from 25.1 `pip show` prints the licence as pyproject.toml declares it
 # (PEP 639's License-Expression), which the pip a fresh venv brings does not.
@@ -44,16 +41,14 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-repro: $(STAMP)
+# The environment alone: .venv with the pinned dependency set and the project.
+setup: $(STAMP)
+
+pin repro: $(STAMP)
 	$(MAKE) --no-print-directory pipeline
 
 pipeline:
-	dvc repro prepare shorten
-	dvc stage list --name-only | grep -E '^train(_short|_residual|_residual_sum)?@' | awk -F- '{print $$NF, $$0}' | sort -s -n -k1,1 | \
-	  cut -d' ' -f2 | xargs -r -n 1 -P $(TRAIN_JOBS) dvc --wait-for-lock repro --single-item
-	{ echo analyze; dvc stage list --name-only | grep -E '^(evaluate|evaluate_short|evaluate_residual|evaluate_residual_sum|extrapolate)@'; } | \
-	  xargs -r -n 1 -P $(EVAL_JOBS) dvc --wait-for-lock repro --single-item
-	dvc repro
+	posenc pin --jobs $(JOBS) $(if $(REPIN),--repin)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

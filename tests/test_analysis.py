@@ -1,4 +1,5 @@
-"""Each measurement of the analysis stage on constructed inputs whose answer is known."""
+"""Each measurement of the analysis (posenc.measures) on constructed inputs whose answer is known,
+and the aggregate that reads every run's measurements."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.stages.analyze import (dimension_variance, distance_share, logit_shares, principal_basis,
-                             principal_cosines, random_cosines, reorder_words, where_position)
 from posenc.decode import translate
+from posenc.errors import UserError
+from posenc.measures import (dimension_variance, distance_share, logit_shares, principal_basis, principal_cosines,
+                             random_cosines, reorder_words, where_position)
+from posenc.stages.analyze import read_measures
 
 from conftest import model_of
 
@@ -107,3 +110,26 @@ def test_measurements_over_seeds_keep_what_every_seed_agrees_on():
     assert fmt(combined["dims"]) == "128" and over_seeds([one]) == one
     # a count that differs between seeds: one decimal, not the mean's every digit
     assert fmt(over_seeds([{"dims_90pct": 95}, {"dims_90pct": 96}, {"dims_90pct": 95}])["dims_90pct"]) == "95.3 ± 0.6"
+
+
+def test_the_aggregate_reads_each_runs_own_measurements_and_refuses_a_foreign_file(tmp_path):
+    """analyze reads results/runs/<variant>-<seed>/analysis.json alone: a measure keyed by
+    variant per seed, and a file of another run (or a corrupt one) is one line naming it."""
+    import json
+
+    for variant, seed, share in (("sinusoidal", 1, 0.5), ("rope", 1, 0.75)):
+        (tmp_path / f"{variant}-{seed}").mkdir()
+        (tmp_path / f"{variant}-{seed}" / "analysis.json").write_text(json.dumps({
+            "variant": variant, "seed": seed, "layers": 3, "residual": "sum", "longest_training_sentence": 40,
+            "where_position": "first layer", "distance_share": {"mean": share}}))
+    got = read_measures(tmp_path, ("sinusoidal", "rope"), (1,))
+    assert got == [{"longest_training_sentence": 40, "where_position": {"sinusoidal": "first layer", "rope": "first layer"},
+                    "distance_share": {"sinusoidal": {"mean": 0.5}, "rope": {"mean": 0.75}}}]
+    (tmp_path / "rope-1" / "analysis.json").write_text(json.dumps({"variant": "alibi", "seed": 1}))
+    with pytest.raises(UserError, match=r"rope-1/analysis.json: not the measurements of rope-1; `dvc repro -f measure@rope-1`"):
+        read_measures(tmp_path, ("sinusoidal", "rope"), (1,))
+    (tmp_path / "rope-1" / "analysis.json").write_text('{"variant": "ro')
+    with pytest.raises(UserError, match=r"rope-1/analysis.json: not valid JSON"):
+        read_measures(tmp_path, ("sinusoidal", "rope"), (1,))
+    with pytest.raises(UserError, match=r"alibi-1/analysis.json: missing; `dvc repro measure@alibi-1` writes it"):
+        read_measures(tmp_path, ("alibi",), (1,))

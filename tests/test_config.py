@@ -8,13 +8,18 @@ import pytest
 
 from posenc import config
 from posenc.config import DataConfig, ModelConfig, TrainConfig
+from posenc.decode import EvalConfig
 from posenc.errors import UserError
+from posenc.measures import AnalyzeConfig
+from posenc.report_config import ReportConfig
+from posenc.stages.extrapolate import ExtrapolateConfig
+from posenc.stages.prepare import TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = {"data": config.DataConfig, "tokenizer": config.TokenizerConfig,
-            "train": config.TrainConfig, "eval": config.EvalConfig,
-            "extrapolate": config.ExtrapolateConfig, "report": config.ReportConfig,
-            "analyze": config.AnalyzeConfig}
+SECTIONS = {"data": config.DataConfig, "tokenizer": TokenizerConfig,
+            "train": config.TrainConfig, "eval": EvalConfig,
+            "extrapolate": ExtrapolateConfig, "report": ReportConfig,
+            "analyze": AnalyzeConfig}
 IDS = dict(positional="sinusoidal", position=config.SinusoidalSettings(), vocab_size=100, pad_id=0,
            bos_id=2, eos_id=3)
 
@@ -174,7 +179,7 @@ def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
     text = (ROOT / "params.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2, 1]")
     (tmp_path / "params.yaml").write_text(text)
     r = subprocess.run([sys.executable, "-m", "posenc", "report", *[a for o in (
-        "--runs", "--models", "--raw", "--lock", "--table-md", "--findings-md", "--summary-md", "--table-json", "--table-csv",
+        "--runs", "--raw", "--lock", "--table-md", "--findings-md", "--summary-md", "--table-json", "--table-csv",
         "--by-length-csv", "--curves-csv", "--extrapolation-csv", "--figures") for a in (o, f"out/{o[2:]}")]], cwd=tmp_path,
         capture_output=True, text=True)
     assert r.returncode == 2
@@ -184,8 +189,9 @@ def test_duplicate_seeds_stop_the_report_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("base", [1.0e+308, 1.00000001])
 def test_a_rope_base_float32_cannot_rotate_with_is_refused(base):
-    from posenc import positional
     from conftest import SMALL
+
+    from posenc import positional
 
     c = dataclasses.replace(SMALL, positional="rope", position=config.RopeSettings(base))
     with pytest.raises(UserError, match=r"positional.rope.base \(.*\) gives rotation rates base\^\(-2i/8\) "
@@ -197,7 +203,7 @@ def test_a_rope_base_float32_cannot_rotate_with_is_refused(base):
 @pytest.mark.parametrize("buckets", [[30, 10, 20, 15], [10, 10, 20]])
 def test_length_buckets_that_do_not_rise_are_refused(buckets):
     with pytest.raises(UserError, match=r"length_buckets: .* must rise strictly"):
-        config.ReportConfig(baseline="sinusoidal", bootstrap_samples=10, bootstrap_seed=0,
+        ReportConfig(baseline="sinusoidal", bootstrap_samples=10, bootstrap_seed=0,
                             length_buckets=tuple(buckets))
 
 
@@ -222,8 +228,8 @@ def test_an_empty_list_is_refused_where_the_params_are_read(tmp_path, section, k
     start = text.index(f"\n  {key}: [") + len(f"\n  {key}: ")
     text = text[:start] + "[]" + text[text.index("]", start) + 1:]
     (tmp_path / "p.yaml").write_text(text)
-    cls = {"extrapolate": config.ExtrapolateConfig, "analyze": config.AnalyzeConfig,
-           "report": config.ReportConfig}[section]
+    cls = {"extrapolate": ExtrapolateConfig, "analyze": AnalyzeConfig,
+           "report": ReportConfig}[section]
     with pytest.raises(UserError, match=rf"{section}.{key}: the list is empty; give at least one value"):
         config.load(tmp_path / "p.yaml", section, cls)
 
@@ -232,7 +238,7 @@ def test_too_few_bootstrap_samples_for_an_interval_are_refused(tmp_path):
     text = (ROOT / "params.yaml").read_text().replace("bootstrap_samples: 1000", "bootstrap_samples: 1")
     (tmp_path / "p.yaml").write_text(text)
     with pytest.raises(UserError, match=r"report.bootstrap_samples: 1 is out of range; it must be >= 100"):
-        config.load(tmp_path / "p.yaml", "report", config.ReportConfig)
+        config.load(tmp_path / "p.yaml", "report", ReportConfig)
 
 
 def test_a_report_of_one_variant_says_it_needs_two():

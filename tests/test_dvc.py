@@ -65,7 +65,7 @@ def reads(module: str) -> tuple[set[str], dict[str, set[str]], dict[str, set[str
                 cls = (getattr(config, cls.attr) if isinstance(cls, ast.Attribute)
                        else getattr(importlib.import_module(module), cls.id))
                 fixed = {k.arg for k in node.keywords}
-                sections[key.value] = {f.name for f in dataclasses.fields(cls)} - fixed
+                sections[key.value] = set(config.param_fields(cls)) - fixed
     return lists, sections, {s: used.get(s, set()) & keys for s, keys in sections.items()}
 
 
@@ -107,11 +107,11 @@ def test_every_declared_param_is_a_key_the_stage_reads(name):
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_key_a_stage_reads_is_declared(name):
     """A stage re-runs when any key it reads changes: `eval.beam` for evaluate, and so on."""
-    _, _, used = reads(module_of(STAGES[name]))
+    lists, _, used = reads(module_of(STAGES[name]))
     declared = set(STAGES[name].get("params", []))
     missing = sorted(f"{s}.{k}" for s, keys in used.items() for k in keys if f"{s}.{k}" not in declared)
     source = (ROOT / "src" / (module_of(STAGES[name]).replace(".", "/") + ".py")).read_text(encoding="utf-8")
-    assert used or "config." not in source, f"{name}: the test found no key the stage reads"
+    assert used or lists or "config." not in source, f"{name}: the test found no key the stage reads"
     assert not missing, f"{name}: declare {missing}"
 
 
@@ -137,17 +137,63 @@ def test_no_stage_imports_another_and_every_stage_has_one_home():
 
 
 def test_the_run_layout_in_dvc_yaml_is_the_librarys():
+    """models/<run>/ holds the weights alone; every text file of a run is in its results directory."""
     item = ("${item.variant}", "${item.seed}")
-    assert runs.model_path(Path("models"), *item).as_posix() in STAGES["train"]["outs"]
     outs = [o if isinstance(o, str) else next(iter(o)) for o in STAGES["train"]["outs"]]
-    assert runs.dev_log_path(Path("models"), *item).as_posix() in outs
     runs_dir = re.search(r"--runs (\S+)", STAGES["report"]["cmd"]).group(1)
     where = runs.result_dir(Path(runs_dir), *item)
+    assert runs.model_path(Path("models"), *item).as_posix() in outs
+    assert runs.dev_log_path(Path(runs_dir), *item).as_posix() in outs
+    assert {o for o in outs if o.startswith("models/")} == {f"models/{runs.run_name(*item)}/{f}"
+                                                            for f in (runs.MODEL, runs.LAST)}
+    assert {o for o in outs if not o.startswith("models/")} == {
+        (where / f).as_posix() for f in (runs.TRAIN_LOG, runs.DEV_LOG, runs.DIGESTS, runs.HIGHWAY)}
     outs = [next(iter(o)) for o in STAGES["evaluate"]["outs"]]
     assert outs == [(where / f).as_posix() for f in (runs.HYPS, runs.SCORES, runs.SIGNATURES)]
     assert [next(iter(m)) for m in STAGES["evaluate"]["metrics"]] == [(where / runs.METRICS).as_posix()]
     assert f"--hyps {where / runs.HYPS}" in STAGES["evaluate"]["cmd"]
     assert [next(iter(o)) for o in STAGES["extrapolate"]["outs"]] == [(where / runs.EXTRAPOLATION).as_posix()]
+    assert [next(iter(o)) for o in STAGES["measure"]["outs"]] == [(where / runs.ANALYSIS).as_posix()]
+
+
+def paths(entries: list) -> list[str]:
+    return [e if isinstance(e, str) else next(iter(e)) for e in entries]
+
+
+def test_every_stage_that_reads_or_writes_weights_is_a_unit_stage_and_no_other():
+    """A unit is one run's training and every stage that reads its weights (posenc.runs.PARTS):
+    each such stage is a matrix stage of one part's chain, and every weight it touches is of its
+    own run (models/<prefix><item>/), so that a unit can be pinned and landed alone."""
+    chains = {stage: part for part in runs.PARTS for chain in part.chains for stage in chain}
+    for name, stage in STAGES.items():
+        weights = [p for p in paths(stage.get("deps", [])) + paths(stage.get("outs", [])) if p.startswith("models")]
+        assert bool(weights) == (name in chains), f"{name}: weights {weights}"
+        if weights:
+            assert "matrix" in stage, name
+            prefix = chains[name].prefix
+            assert all(re.fullmatch(rf"models/{prefix}\$\{{item\..+\}}/(model|last)\.pt", w) for w in weights), weights
+
+
+def test_aggregates_read_text_under_results_and_data_alone():
+    """On a fresh clone without a single weight, every aggregate rebuilds from committed text
+    (and the data that fetch and prepare make), so none of them may read models/."""
+    for name, stage in STAGES.items():
+        if "matrix" in stage or name in ("fetch", "prepare", "shorten"):
+            continue
+        deps = [d for d in paths(stage["deps"]) if not d.startswith("src/")]
+        assert all(d.startswith(("results/", "data/")) for d in deps), f"{name}: {deps}"
+
+
+@pytest.mark.parametrize("module", ["posenc.stages.train", "posenc.stages.evaluate", "posenc.stages.lengths",
+                                    "posenc.stages.extrapolate", "posenc.stages.measure"])
+def test_stages_that_make_pinned_bits_import_no_path_layout_and_no_aggregate_params(module):
+    """An edit to the run layout or to a section that only the aggregates read (report, residual
+    study) must leave every pinned training and evaluation up to date: their modules are not in
+    these stages' import closure (whose files dvc.yaml hashes)."""
+    names = {p.relative_to(PACKAGE).as_posix() for p in sources.closure(module, PACKAGE)}
+    assert not names & {"runs.py", "report_config.py", "pinning.py", "tables.py", "significance.py"}, names
+    sections = {c.__name__ for c in vars(config).values() if dataclasses.is_dataclass(c) and isinstance(c, type)}
+    assert sections == {"Range", "DataConfig", "ModelConfig", "TrainConfig", *(c.__name__ for c in config.POSITIONAL.values())}
 
 
 def test_only_flat_numeric_files_are_metrics():

@@ -29,33 +29,23 @@ def trained(tiny_model) -> Path:
     return tiny_model
 
 
-def test_a_truncated_model_names_the_file_and_the_stage_that_makes_it(tiny_data, trained):
+def test_a_truncated_model_names_the_file_and_how_to_make_it(tiny_data, trained):
     cut = tiny_data / "models/sinusoidal-1/model.pt"
     cut.parent.mkdir(parents=True, exist_ok=True)
     cut.write_bytes(trained.read_bytes()[:3000])
     line = error_line(evaluate(tiny_data, "models/sinusoidal-1/model.pt"), "evaluate")
     assert line.startswith("posenc evaluate: error: models/sinusoidal-1/model.pt: not a readable posenc model")
-    assert line.endswith("train it again with `dvc repro -f train@sinusoidal-1`")
+    assert line.endswith("train it again (`dvc repro -f` its train stage, or posenc train)")
     assert not (tiny_data / "out").exists()
 
 
 def test_a_missing_model_says_how_to_make_it(tiny_data):
+    """The evaluation stages import no path layout (it would make every pinned evaluation stale
+    when the layout's code changes): `posenc pins` names the unit's stages."""
     line = error_line(evaluate(tiny_data, "models/none-9/model.pt"), "evaluate")
-    assert ("models/none-9/model.pt: missing; `dvc repro train@none-9` trains it (or `dvc pull "
-            "models/none-9/model.pt` fetches it, once a DVC remote holding the pinned outputs is set)") in line
-
-
-@pytest.mark.parametrize("path, advice", [
-    ("models/short-rope-2/model.pt", "`dvc repro train_short@rope-2` trains it"),
-    ("models/residual-none-6-1/model.pt", "`dvc repro train_residual@none-6-1` trains it"),
-    ("models/residual-sum-6-1/model.pt", "`dvc repro train_residual_sum@sum-6-1` trains it"),
-    ("p/model.pt", "give the model.pt of a trained run (posenc train writes one)"),
-    ("models/model.pt", "give the model.pt of a trained run (posenc train writes one)")])
-def test_a_missing_model_names_a_stage_only_where_one_writes_it(tiny_data, path, advice):
-    line = error_line(evaluate(tiny_data, path), "evaluate")
-    assert line == f"posenc evaluate: error: {path}: missing; " + (
-        advice if advice.startswith("give") else f"{advice} (or `dvc pull {path}` fetches it, once a DVC "
-                                                 f"remote holding the pinned outputs is set)")
+    assert line == ("posenc evaluate: error: models/none-9/model.pt: missing; train it (`posenc pins` names the "
+                    "stage that writes it, `dvc pull models/none-9/model.pt` fetches it where a DVC remote "
+                    "holds the pinned weights)")
 
 
 def test_a_source_longer_than_a_learned_table_stops_before_decoding(tiny_data, trained):

@@ -10,17 +10,15 @@ import ctranslate2  # the export extra (pip install 'posenc[export]'); requireme
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import model_of, posenc
 
 from posenc import config, tokens
 from posenc.checkpoints import load_model, save_model
-from posenc.decode import translate
-from posenc.scoring import score
 from posenc.ct2 import NOT_EXPRESSIBLE, search
+from posenc.decode import EvalConfig, translate
 from posenc.model import build_model
 from posenc.positional import VARIANTS
-
-from conftest import model_of, posenc
-
+from posenc.scoring import score
 
 EXPORTABLE = [v for v in VARIANTS if v not in NOT_EXPRESSIBLE]
 SEARCHED = ["sinusoidal", "rope", "relative"]  # trained: conftest's `longer`, shared with test_portable
@@ -88,7 +86,7 @@ def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, longer, var
     model_file = longer(variant) / "model.pt"
     directory = export(tiny_data, model_file)
     model = load_model(model_file, torch.device("cpu"))
-    cfg = config.load(tiny_data / "params.yaml", "eval", config.EvalConfig)
+    cfg = config.load(tiny_data / "params.yaml", "eval", EvalConfig)
     sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
     english, german = pairs(tiny_data, SENTENCES)
     sources = [torch.tensor(ids + [model.config.eos_id]).numpy() for ids in sp.encode(english)]

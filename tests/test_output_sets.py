@@ -132,8 +132,7 @@ def test_report_killed_at_random_moments_never_leaves_two_runs_outputs(tiny_data
                 "inputs": 100, "bleu": 1.0, "chrf": 10.0, "bleu_signature": "s", "length_ratio": 1.0,
                 "mean_source_positions": 10.0, "max_source_positions": 20, "max_output_positions": 20,
                 "longer_than_training": 0.0, "at_length_limit": 0}}}}))
-        (work / f"models/{variant}-1").mkdir(parents=True)
-        shutil.copy(tiny_data / "evalm/dev_log.tsv", work / f"models/{variant}-1/dev_log.tsv")
+        shutil.copy(tiny_data / "evalm/dev_log.tsv", run / "dev_log.tsv")
     shutil.copytree(tiny_data / "data/raw", work / "data/raw")
     text = (tiny_data / "params.yaml").read_text()
     text = re.sub(r"^variants: .*$", "variants: [sinusoidal, learned]", text, count=1, flags=re.M)
@@ -143,7 +142,7 @@ def test_report_killed_at_random_moments_never_leaves_two_runs_outputs(tiny_data
     (work / "other.yaml").write_text(text.replace(f"bootstrap_samples: {samples}", f"bootstrap_samples: {samples + 50}", 1))
 
     def report(params: str, out: str) -> list[str]:
-        return ["report", "--params", params, "--runs", "results/runs", "--models", "models",
+        return ["report", "--params", params, "--runs", "results/runs",
                 "--raw", "data/raw/multi30k", "--lock", "dvc.lock", "--table-md", f"{out}/table.md",
                 "--findings-md", f"{out}/findings.md", "--summary-md", f"{out}/summary.md",
                 "--table-json", f"{out}/table.json",

@@ -1,11 +1,14 @@
-"""The exact reproduction check: the whole DVC pipeline on the tiny profile, twice.
+"""The exact reproduction check: the whole DVC pipeline on the tiny profile, in pieces and whole.
 
-A copy of the project in a temporary git repository runs the pipeline as `make repro` schedules it
-(fetch, prepare, two seeds of five variants trained two at a time, their evaluations and
-extrapolations, report, analyze); a `dvc repro` must then do nothing; `dvc repro -f`, one stage
-at a time, must give the same dvc.lock (every output hash) and `dvc metrics diff` must show no
-change; a change to one variant's settings makes that variant's trainings stale and nothing else,
-and a change of the extrapolation's k makes the extrapolations stale and nothing else.
+A copy of the project in a temporary git repository runs the pinning run as `make pin` schedules
+it, in pieces: two units pinned and landed (`posenc pins --stage`), a third cut after its
+training, then a clone without the DVC cache runs `make pin` for the rest (the cut unit retrained
+with its dvc.lock entry unchanged, the landed ones never run). A `dvc repro` must then do nothing;
+`dvc repro -f`, the whole run at once, must give the same dvc.lock (every output hash) and `dvc
+metrics diff` must show no change; a clone without a single weight rebuilds every aggregate
+byte for byte; a change to one variant's settings makes that variant's trainings stale and
+nothing else, a change of the extrapolation's k the extrapolations, and of a report param the
+report alone.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     sh("git", "add", "-A", cwd=work)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "code", cwd=work)
 
-    sh("make", "--no-print-directory", "pipeline", cwd=work)  # make repro, without creating .venv
+    work = pin_in_pieces(work, tmp_path)
     lock = (work / "dvc.lock").read_text()
     stages = yaml.safe_load(lock)["stages"]
     profile = yaml.safe_load(TINY.read_text())
@@ -82,7 +85,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     shorts = {f"{stage}@{v}-{s}" for stage in ("train_short", "evaluate_short") for v in short["variants"]
               for s in seeds}
     assert {"fetch", "prepare", "shorten", "report", "analyze", "residuals", "trained_short", "earlier_runs"} | residual | shorts | {
-        f"{s}@{r}" for s in ("train", "evaluate", "extrapolate") for r in runs} == set(stages)
+        f"{s}@{r}" for s in ("train", "evaluate", "extrapolate", "measure") for r in runs} == set(stages)
     table = (work / "results/table.md").read_text()
     assert all(f"| {v} |" in table for v in variants)
     assert "2 seeds per variant (mean ± standard deviation over seeds)" in table
@@ -132,6 +135,9 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     bars = plots["results/bleu_by_length.csv"][0]["content"]
     assert {v["variant"] for v in bars["data"]["values"]} == set(variants)
 
+    # A reader without a single weight rebuilds every table, figure and finding from the text
+    rebuild_from_text_in_a_fresh_clone(work, tmp_path)
+
     # A reader pulls the pinned outputs from a remote served over HTTP and has nothing to re-run
     pull_into_a_fresh_clone(work, tmp_path)
 
@@ -142,7 +148,7 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     for path in (work / "results/runs").glob("*/metrics.json"):
         assert all(isinstance(v, (int, float)) for v in json.loads(path.read_text()).values()), path
     show = sh("dvc", "metrics", "show", cwd=work).splitlines()
-    assert len(show) == 1 + len(runs) and max(map(len, show)) <= 200, show
+    assert len(show) == 1 + len(runs) and max(map(len, show)) <= WIDTH, show
     params = (work / "params.yaml").read_text()
 
     # A variant's own setting makes that variant's trainings stale, and no other stage
@@ -165,6 +171,75 @@ def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
     changed = {key for metrics in diff.values() for key in metrics}
     assert set(diff) == {"results/runs/sinusoidal-1/metrics.json"}, diff
     assert "dev_ppl" in changed and all(k == "dev_ppl" or k.startswith("bleu_") for k in changed), changed
+
+
+def git_commit(message: str, cwd: Path) -> None:
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message, cwd=cwd)
+
+
+def lock_of(work: Path, revision: str | None = None) -> dict:
+    text = sh("git", "show", f"{revision}:dvc.lock", cwd=work) if revision else (work / "dvc.lock").read_text()
+    return yaml.safe_load(text)["stages"]
+
+
+def pin_in_pieces(work: Path, tmp_path: Path) -> Path:
+    """Two units pinned and landed, a third cut after its training and committed as it is; then a
+    clone without the cache continues with `make pin` (without creating .venv). Returns the clone."""
+    out = sh("posenc", "pin", "--units", "2", cwd=work)
+    assert "running 2, 2 at a time" in out and "[2/2] learned-1: done in" in out, out
+    sh("dvc", "repro", "--single-item", "train@concat-1", cwd=work)  # the third unit, cut after training
+    status = sh("posenc", "pins", cwd=work)
+    assert "positional: 2 of 10 units pinned" in status and "cut after training (1): concat-1" in status, status
+    assert max(map(len, status.splitlines())) <= WIDTH
+    sh("posenc", "pins", "--stage", cwd=work)
+    git_commit("two units", work)
+    landed = {name for name in lock_of(work, "HEAD") if "@" in name}
+    assert landed == {f"{s}@{r}" for s in ("train", "evaluate", "extrapolate", "measure")
+                      for r in ("sinusoidal-1", "learned-1")}, landed  # never part of a unit
+    assert not sh("git", "ls-files", "results/runs/concat-1", cwd=work).strip()
+    assert sh("git", "status", "--porcelain", "dvc.lock", cwd=work).strip() == "M dvc.lock"  # it holds concat-1's too
+    sh("git", "add", "dvc.lock", "results", cwd=work)  # the cut unit committed by hand, as an older landing would
+    git_commit("a unit cut after training", work)
+    before = lock_of(work)
+
+    clone = tmp_path / "clone"
+    sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
+    assert not (clone / "models/concat-1/model.pt").exists()
+    out = sh("make", "--no-print-directory", "pipeline", cwd=clone)
+    assert "pin: 2 of 14 units pinned; running 12, 2 at a time" in out, out
+    assert "concat-1: done in" in out and "retrained: dvc.lock unchanged" in out, out
+    assert "sinusoidal-1:" not in out and "learned-1:" not in out  # the landed units never run again
+    after = lock_of(clone)
+    for name in landed | {"train@concat-1"}:
+        assert after[name] == before[name], name
+    return clone
+
+
+def rebuild_from_text_in_a_fresh_clone(work: Path, tmp_path: Path) -> None:
+    """A clone without the DVC cache: `dvc repro --allow-missing` runs nothing; with the data made
+    again (fetch, prepare: no weights), each aggregate forced gives the committed bytes; an edit to a
+    report param leaves every training and evaluation up to date; a params change that would re-pin
+    every unit is refused by `posenc pin` in one line."""
+    clone = tmp_path / "text-clone"
+    sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
+    assert "Data and pipelines are up to date" in sh("dvc", "repro", "--allow-missing", cwd=clone)
+    assert "pins: 14 of 14 units pinned" in sh("posenc", "pins", cwd=clone)
+    sh("dvc", "repro", "prepare", "shorten", cwd=clone)
+    for aggregate in ("report", "earlier_runs", "analyze", "residuals", "trained_short"):
+        sh("dvc", "repro", "--allow-missing", "--force", "--single-item", aggregate, cwd=clone)
+    assert sh("git", "status", "--porcelain", cwd=clone).strip() == ""  # every byte as committed
+    assert not list((clone / "models").glob("*/model.pt"))
+    params = (clone / "params.yaml").read_text()
+    (clone / "params.yaml").write_text(params.replace("length_buckets: [10, 15, 20, 30]", "length_buckets: [10, 20]", 1))
+    assert set(json.loads(sh("dvc", "status", "--json", cwd=clone))) == {"report"}
+    (clone / "params.yaml").write_text(params.replace("lr_scale: 1.0", "lr_scale: 2.0", 1))
+    git_commit_all = ("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "lr")
+    sh(*git_commit_all, cwd=clone)
+    lock = (clone / "dvc.lock").read_text()
+    r = subprocess.run([str(BIN / "posenc"), "pin"], cwd=clone, capture_output=True, text=True,
+                       env={**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert r.returncode == 2 and "are stale under the current code and params" in r.stderr and "REPIN=1" in r.stderr, r.stderr
+    assert (clone / "dvc.lock").read_text() == lock
 
 
 def pull_into_a_fresh_clone(work: Path, tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from posenc import config, corpora
 from posenc.errors import UserError
-from posenc.stages.residuals import (findings, geometric_mean, groups, highway_rows, load, markdown, run_dirs,
-                                     significance, table_rows)
+from posenc.stages.residuals import (ResidualStudyConfig, findings, geometric_mean, groups, highway_rows,
+                                     load, markdown, run_dirs, significance, table_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(40)]
@@ -19,24 +19,25 @@ SEEDS = (1, 2)
 
 
 def test_the_cells_are_each_depths_sum_then_the_other_kinds():
-    study = config.load(ROOT / "params.yaml", "residual_study", config.ResidualStudyConfig)
+    study = config.load(ROOT / "params.yaml", "residual_study", ResidualStudyConfig)
     assert groups(study, 3) == [("sum", 3), ("concat", 3), ("none", 3), ("sum", 6), ("concat", 6), ("none", 6)]
-    tiny = config.ResidualStudyConfig(kinds=("concat",), depths=(1,), sum_depths=())
+    tiny = ResidualStudyConfig(kinds=("concat",), depths=(1,), sum_depths=())
     assert groups(tiny, 1) == [("sum", 1), ("concat", 1)]
     # no sum at a depth: its kinds are reported, not tested
-    assert groups(config.ResidualStudyConfig(("none",), (6,), ()), 3) == [("sum", 3), ("none", 6)]
+    assert groups(ResidualStudyConfig(("none",), (6,), ()), 3) == [("sum", 3), ("none", 6)]
 
 
 def test_a_study_listing_a_depth_twice_is_refused(tmp_path):
     text = (ROOT / "params.yaml").read_text().replace("depths: [3, 6]", "depths: [3, 3]", 1)
     (tmp_path / "p.yaml").write_text(text)
     with pytest.raises(UserError, match=r"residual_study.depths: \[3, 3\] lists a value twice"):
-        config.load(tmp_path / "p.yaml", "residual_study", config.ResidualStudyConfig)
+        config.load(tmp_path / "p.yaml", "residual_study", ResidualStudyConfig)
 
 
-def _write_run(where: Path, model_dir: Path, cut: int, emb: float, update: float, w: tuple | None):
-    """One run: hypotheses that drop `cut` words of each reference, its metrics, and a highway
-    log whose embedding ratio is `emb` at both logged updates."""
+def _write_run(where: Path, kind: str, cut: int, emb: float, update: float, w: tuple | None):
+    """One run of residual `kind` at 1 layer, all its text in `where` (its results directory):
+    hypotheses that drop `cut` words of each reference, its metrics and signatures, and a
+    highway log whose embedding ratio is `emb` at both logged updates."""
     corpus = corpora.get("multi30k")
     (where / "hyps").mkdir(parents=True)
     for split in corpus.scored:
@@ -45,7 +46,8 @@ def _write_run(where: Path, model_dir: Path, cut: int, emb: float, update: float
                                                     **{f"bleu_{s}": 30.0 - cut for s in corpus.scored}}))
     (where / "scores.json").write_text(json.dumps({f"{m}_{s}": 50.0 - cut for m in ("chrf", "bleu_tok")
                                                    for s in corpus.scored}))
-    model_dir.mkdir(parents=True)
+    (where / "signatures.json").write_text(json.dumps({"variant": "sinusoidal", "seed": 1, "layers": 1,
+                                                       "residual": kind, "residual_init": "identity"}))
     rows = ["step\tpart\tmeasure\tvalue"]
     for step in (100, 200):
         rows += [f"{step}\tencoder embeddings\tgrad_ratio\t{emb}", f"{step}\tdecoder embeddings\tgrad_ratio\t{emb}",
@@ -54,7 +56,7 @@ def _write_run(where: Path, model_dir: Path, cut: int, emb: float, update: float
         if w:
             rows += [f"{step}\tencoder layer 1 self-attention\tw_x\t{w[0]}",
                      f"{step}\tencoder layer 1 self-attention\tw_f\t{w[1]}"]
-    (model_dir / "highway_log.tsv").write_text("\n".join(rows) + "\n")
+    (where / "highway_log.tsv").write_text("\n".join(rows) + "\n")
 
 
 @pytest.fixture
@@ -69,12 +71,10 @@ def study(tmp_path):
         (raw / f"{split}.de").write_text("\n".join(REFS) + "\n")
     cells = [("sum", 1), ("concat", 1), ("none", 1)]
     for seed in SEEDS:
-        _write_run(tmp_path / f"runs/sinusoidal-{seed}", tmp_path / f"models/sinusoidal-{seed}", 1, 0.9, 0.3, None)
-        _write_run(tmp_path / f"residual/concat-1-{seed}", tmp_path / f"models/residual-concat-1-{seed}", 2, 0.5,
-                   0.6, (1.2, 0.8))
-        _write_run(tmp_path / f"residual/none-1-{seed}", tmp_path / f"models/residual-none-1-{seed}", 4, 0.01,
-                   2.0, None)
-    dirs = run_dirs(cells, SEEDS, 1, tmp_path / "runs", tmp_path / "residual", tmp_path / "models")
+        _write_run(tmp_path / f"runs/sinusoidal-{seed}", "sum", 1, 0.9, 0.3, None)
+        _write_run(tmp_path / f"residual/concat-1-{seed}", "concat", 2, 0.5, 0.6, (1.2, 0.8))
+        _write_run(tmp_path / f"residual/none-1-{seed}", "none", 4, 0.01, 2.0, None)
+    dirs = run_dirs(cells, SEEDS, 1, tmp_path / "runs", tmp_path / "residual")
     return load(dirs), cells, raw
 
 
@@ -136,5 +136,14 @@ def test_the_mean_over_seeds_of_a_ratio_is_geometric():
 def test_a_missing_evaluation_names_the_stage_that_makes_it(tmp_path):
     with pytest.raises(UserError, match=r"runs/sinusoidal-1/metrics.json: missing \(6 evaluations in all\); "
                                         r"run `dvc repro evaluate_residual evaluate_residual_sum evaluate`"):
-        run_dirs([("sum", 1), ("concat", 1), ("none", 1)], SEEDS, 1, tmp_path / "runs", tmp_path / "residual",
-                 tmp_path / "models")
+        run_dirs([("sum", 1), ("concat", 1), ("none", 1)], SEEDS, 1, tmp_path / "runs", tmp_path / "residual")
+
+
+def test_a_run_is_tabulated_under_its_own_kind_and_depth_or_refused(tmp_path):
+    """The cell a run lands in is what the run says it is (its signatures.json, from its model),
+    never the params' word: a `sum` cell whose run was trained with residual `none` is refused."""
+    _write_run(tmp_path / "runs/sinusoidal-1", "none", 1, 0.9, 0.3, None)
+    dirs = run_dirs([("sum", 1)], (1,), 1, tmp_path / "runs", tmp_path / "residual")
+    with pytest.raises(UserError, match=r"sinusoidal-1/signatures.json: a run of residual none with 1 layers, "
+                                        r"tabulated as sum with 1; re-run its train and evaluate stages"):
+        load(dirs)

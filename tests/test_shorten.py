@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
-from posenc import tokens
-
 from conftest import error_line, posenc
+
+from posenc import tokens
+from posenc.buckets import ShortTrainingConfig
+from posenc.decode import EvalConfig
 
 
 def test_only_short_pairs_reach_training_and_the_rest_is_copied(tiny_data):
@@ -57,8 +59,8 @@ def test_bucket_bounds_cover_every_length_once():
 
 def test_a_short_run_is_scored_by_source_length_from_its_saved_hypotheses(tiny_data):
     from posenc import config, tokens
-    from posenc.scoring import score
     from posenc.buckets import bucket_bounds, by_bucket
+    from posenc.scoring import score
 
     r = posenc("shorten", "--arrays", "data/prepared/arrays", "--spm", "data/prepared/spm.model",
                "--out", "data/short/arrays", "--stats", "data/short/stats.json", cwd=tiny_data)
@@ -75,8 +77,8 @@ def test_a_short_run_is_scored_by_source_length_from_its_saved_hypotheses(tiny_d
                f"results/{name}/lengths.json", "--hyps", f"results/{name}/hyps", cwd=tiny_data)
     assert r.returncode == 0, r.stderr
     got = json.loads((tiny_data / f"results/{name}/lengths.json").read_text())
-    cfg = config.load(tiny_data / "params.yaml", "short_training", config.ShortTrainingConfig)
-    n = config.load(tiny_data / "params.yaml", "eval", config.EvalConfig).max_sentences
+    cfg = config.load(tiny_data / "params.yaml", "short_training", ShortTrainingConfig)
+    n = config.load(tiny_data / "params.yaml", "eval", EvalConfig).max_sentences
     assert got["max_len"] == cfg.max_len and got["splits"] == ["val", "test_2016_flickr", "test_2017_flickr",
                                                                "test_2017_mscoco"]
     lengths, hyps, refs = [], [], []

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posenc.config import ShortTrainingConfig
+from posenc.buckets import ShortTrainingConfig
 from posenc.errors import UserError
 from posenc.significance import corpus_bleu, kept_share, kept_share_bootstrap, sentence_statistics
-from posenc.stages.trained_short import (findings, load_runs, markdown, reference_stops, sentence_sets, significance,
-                                         table_rows)
+from posenc.stages.trained_short import (findings, load_runs, markdown, reference_stops, sentence_sets,
+                                         significance, table_rows)
 
 SHORT = ShortTrainingConfig(max_len=6, variants=("sinusoidal", "learned", "none"), buckets=(9,))
 SEEDS = (1, 2)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import MIRROR, error_line
@@ -63,6 +64,19 @@ def test_a_missing_model_names_the_command_that_makes_it(tiny_data):
         "posenc translate: error: models/rope-1/model.pt: missing; `dvc repro train@rope-1` trains it "
         "(or `dvc pull models/rope-1/model.pt` fetches it, once a DVC remote holding the pinned outputs is set)")
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("path, advice", [
+    ("models/short-rope-2/model.pt", "`dvc repro train_short@rope-2` trains it"),
+    ("models/residual-none-6-1/model.pt", "`dvc repro train_residual@none-6-1` trains it"),
+    ("models/residual-sum-6-1/model.pt", "`dvc repro train_residual_sum@sum-6-1` trains it"),
+    ("p/model.pt", "give the model.pt of a trained run (posenc train writes one)"),
+    ("models/model.pt", "give the model.pt of a trained run (posenc train writes one)")])
+def test_a_missing_model_names_a_stage_only_where_one_writes_it(tiny_data, path, advice):
+    r = translate(tiny_data, "--model", path, "--spm", "data/prepared/spm.model", stdin="A man.\n")
+    assert error_line(r, "translate") == f"posenc translate: error: {path}: missing; " + (
+        advice if advice.startswith("give") else f"{advice} (or `dvc pull {path}` fetches it, once a DVC "
+                                                 f"remote holding the pinned outputs is set)")
 
 
 def test_bad_options_stop_with_one_line(tiny_data, tiny_model):

@@ -21,7 +21,6 @@ from posenc import files, sources
 from posenc.config import ModelConfig
 from posenc.errors import UserError
 from posenc.model import build_model
-from posenc.runs import train_stage_of
 
 STATE_KEYS = {"fingerprint", "step", "model", "optimizer", "rng", "train_rows", "dev_rows", "digests",
               "highway_rows"}
@@ -149,13 +148,11 @@ def save_model(path: Path, config: ModelConfig, weights: dict) -> None:
 def load_model(path: Path, device: torch.device | str = "cpu"):
     """Rebuild a model from the config saved beside its weights, in eval mode."""
     path = Path(path)
-    stage = train_stage_of(path)
     if not path.is_file():
         # A fresh clone has no DVC remote (README, "Pinned results without training"): training is
-        # the way that always works, pulling the one where a remote holding the pins is set.
-        raise UserError(f"{path}: missing; " + (f"`dvc repro {stage}` trains it (or `dvc pull {path}` "
-                        f"fetches it, once a DVC remote holding the pinned outputs is set)" if stage else
-                        "give the model.pt of a trained run (posenc train writes one)"))
+        # the way that always works; `posenc pins` names the stage that writes each model.
+        raise UserError(f"{path}: missing; train it (`posenc pins` names the stage that writes it, "
+                        f"`dvc pull {path}` fetches it where a DVC remote holds the pinned weights)")
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
         model = build_model(ModelConfig.from_dict(saved["config"]))
@@ -163,6 +160,6 @@ def load_model(path: Path, device: torch.device | str = "cpu"):
     except UserError:
         raise
     except Exception as e:  # truncated, or not a model of this code: the same fix either way
-        raise UserError(f"{path}: not a readable posenc model ({type(e).__name__}); train it again"
-                        + (f" with `dvc repro -f {stage}`" if stage else " (posenc train)")) from None
+        raise UserError(f"{path}: not a readable posenc model ({type(e).__name__}); train it again "
+                        f"(`dvc repro -f` its train stage, or posenc train)") from None
     return model.to(device).eval()

@@ -6,6 +6,7 @@ Every path a stage reads or writes comes in as an argument (dvc.yaml names them 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -55,8 +56,7 @@ STAGES = {
         "--out": "JSON of BLEU, chrF, length ratio and early stops per bucket to write",
         "--hyps": "directory for the hypothesis files"}),
     "report": ("posenc.stages.report", "the Table 3 table over seeds, the seed-aware test, extrapolation, provenance, figures", {
-        "--runs": "directory of per-run results (metrics.json, hyps/)",
-        "--models": "directory of trained models (their dev logs)", "--raw": "references",
+        "--runs": "directory of per-run results (metrics.json, hyps/, dev_log.tsv)", "--raw": "references",
         "--lock": "dvc.lock, for the data hashes (read, not a dependency)",
         "--table-md": "Markdown table to write", "--table-json": "JSON table to write",
         "--findings-md": "Markdown of the conclusions the table supports, to write",
@@ -77,23 +77,27 @@ STAGES = {
         "--figures": "directory for the figures"}),
     "residuals": ("posenc.stages.residuals", "the residual study: sum, concat, none over seeds, the seed-aware test, the gradient highway", {
         "--runs": "directory of the positional runs' results (sum at model.layers is sinusoidal's)",
-        "--residual-runs": "directory of the residual runs' results (metrics.json, hyps/)",
-        "--models": "directory of trained models (their highway logs)", "--raw": "references",
+        "--residual-runs": "directory of the residual runs' results (metrics.json, hyps/, highway_log.tsv)",
+        "--raw": "references",
         "--table-md": "Markdown table to write", "--findings-md": "Markdown of the conclusions to write",
         "--table-json": "JSON table to write", "--highway-csv": "the highway measures by update, CSV to write",
         "--figures": "directory for the figures"}),
-    "analyze": ("posenc.stages.analyze", "measure the conjectures of the sum-versus-concat debate", {
-        "--models": "directory of trained models", "--spm": "SentencePiece model",
-        "--arrays": "encoded splits", "--raw": "references", "--json": "analysis JSON to write",
+    "measure": ("posenc.stages.measure", "measure one model for the conjectures of the sum-versus-concat debate", {
+        "--seed": "the seed the model was trained with (int)",
+        "--model": "averaged model", "--spm": "SentencePiece model", "--arrays": "encoded splits",
+        "--raw": "references", "--out": "JSON of the measurements to write"}),
+    "analyze": ("posenc.stages.analyze", "the conjectures of the sum-versus-concat debate, every run side by side", {
+        "--runs": "directory of per-run results (analysis.json)", "--json": "analysis JSON to write",
         "--md": "analysis Markdown to write", "--figures": "directory for the PNG figures"}),
 }
 INTS = {"--seed"}
 # commands that are not DVC stages: they write nothing the pipeline reads
 TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify",
+         "pin": "posenc.stages.pin", "pins": "posenc.stages.pins",
          "export": "posenc.stages.export", "readme": "posenc.readme", "plots-page": "posenc.plots_page"}
 # the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
 # torch is imported (posenc.numerics); `verify` takes the mode the pinned run recorded
-COMPUTES = {"train", "evaluate", "extrapolate", "lengths", "analyze", "translate"}
+COMPUTES = {"train", "evaluate", "extrapolate", "lengths", "measure", "translate"}
 
 
 DESCRIPTION = """\
@@ -160,6 +164,23 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--positions", type=int, default=1024, help="rows of the exported sinusoid table: "
                    "the longest source or output, in subwords with EOS, it serves (default 1024; a "
                    "learned table keeps its own rows)")
+    n = sub.add_parser("pin", help="continue the pinning run: every unit not pinned, then the aggregates (make pin)",
+                       description="Run every unit (one run's training and every stage that reads its weights) "
+                       "that dvc.lock does not pin, JOBS at a time, then the aggregates; see docs/pipeline.md.")
+    n.add_argument("--jobs", type=int, default=2, help="units side by side (default 2: one thread each)")
+    n.add_argument("--units", type=int, help="run at most this many units, then stop")
+    n.add_argument("--repin", action="store_true", help="re-pin units that the current code or params made stale")
+    n.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    n.add_argument("--logs", default="logs/pin", help="directory for each unit's DVC log (default logs/pin)")
+    n.add_argument("--records", default="docs/records/units", help="directory for each finished unit's record "
+                   "(CPU, threads, wall time; default docs/records/units)")
+    q = sub.add_parser("pins", help="where the pinning run stands: units pinned, missing and stale, per part",
+                       description="Per part, how many units dvc.lock pins under the current code and params, "
+                       "and which are missing or stale (DVC's own answer: dvc repro --allow-missing --dry).")
+    q.add_argument("--stage", dest="land", action="store_true", help="stage the whole units for a commit (dvc.lock in the "
+                   "index holds them alone), never part of a unit")
+    q.add_argument("--records", default="docs/records/units", help="the units' records (default docs/records/units)")
+    q.add_argument("--md", help="write README's status block here (with --stage: results/pins.md, staged too)")
     g = sub.add_parser("plots-page", help="DVC's offline plots template with Vega inlined, for `dvc plots show -o` anywhere",
                        description="Write .dvc/plots/offline.html with the Vega scripts from node_modules inlined, "
                        "so that the page DVC renders from it draws without a network wherever it is written.")
@@ -177,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     module = TOOLS.get(args.stage) or STAGES[args.stage][0]
     try:
+        if getattr(args, "seed", None) is not None and args.seed < 0:
+            raise UserError(f"--seed {args.seed}: a seed is an int >= 0 (params.yaml: seeds)")
         if args.stage in COMPUTES:
             numerics.apply(config.load_value(args.params, "numerics", config.Numerics))
         elif args.stage == "verify":  # posenc.stages.verify imports torch only when it runs
@@ -185,12 +208,25 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"posenc {args.stage}: error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # the disk full, a file-size limit, a directory that cannot be written
+    except OSError as e:  # what the system refused, said as it is, with the fix that fits it
         where = f"{e.filename}: " if e.filename else ""
-        print(f"posenc {args.stage}: error: {where}{e.strerror or e}; free the space or lift the limit, "
-              f"then run it again (what was written before stays whole: every file is written "
-              f"atomically)", file=sys.stderr)
+        print(f"posenc {args.stage}: error: {where}{e.strerror or e}; {ADVICE.get(e.errno, ADVICE[None])}",
+              file=sys.stderr)
         return 2
+
+
+ADVICE = {errno.ENOENT: "check the path (a stage's input is made by the stage before it: `dvc repro`)",
+          errno.EROFS: "the file system is read-only; write the outputs elsewhere",
+          errno.EACCES: "no permission; write the outputs where you may, or change the permissions",
+          errno.EPERM: "not permitted; write the outputs where you may, or change the permissions",
+          errno.EISDIR: "a directory stands where a file is expected; give a file's path",
+          errno.ENOTDIR: "a file stands where a directory is expected; give a directory's path",
+          errno.ENOSPC: "free the space, then run it again (every file is written atomically: what was "
+                        "written before stays whole)",
+          errno.EFBIG: "lift the file-size limit, then run it again (every file is written atomically)",
+          errno.EDQUOT: "free space within your quota, then run it again (every file is written atomically)",
+          None: "fix the cause, then run it again (every file is written atomically: what was written "
+                "before stays whole)"}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""params.yaml, section by section, as frozen dataclasses.
+"""params.yaml, section by section, as frozen dataclasses: the loading rules, and the sections
+that fix a training run's bits (numerics, data, model, positional, train).
+
+The sections read after training live beside the code that reads them, so that an edit to them
+leaves the train stage's code (its import closure, which dvc.yaml hashes) as it was: `eval` in
+posenc.decode, `short_training` in posenc.buckets, `analyze` in posenc.measures, `report` in
+posenc.report_config, `extrapolate`, `residual_study` and `tokenizer` in their stages' modules.
 
 Each stage loads only the sections it uses (`load(path, "train", TrainConfig)`); library code
 never sees params.yaml, only these objects or plain arguments. An unknown key, a missing key or a
@@ -76,15 +82,6 @@ class DataConfig:
     max_ratio: Annotated[float, Range(1)]  # ... and so are pairs whose length ratio is above this
 
 
-@dataclass(frozen=True)
-class TokenizerConfig:
-    vocab_size: Positive          # one joint BPE vocabulary (§5.1)
-    character_coverage: Share
-    input_sentence_size: NonNegative  # 0: train on every sentence; else a seeded sample of this many
-    seed: NonNegative
-    threads: Positive
-
-
 # Each positional variant's own settings: params.yaml's `positional.<variant>`, so that the train
 # stage of a variant declares (and is re-run by) its own settings only. posenc.positional.VARIANTS
 # builds each of them from these.
@@ -159,6 +156,9 @@ class ModelConfig:
     residual: Literal["sum", "concat", "none"] = "sum"
     # concat's W at the start: identity, [I I] (so the model starts as the summed one); xavier.
     residual_init: Literal["identity", "xavier"] = "identity"
+    # SHA-256 of the SentencePiece model's pieces (posenc.tokens.vocabulary_digest): a model is
+    # read only with the vocabulary it was trained with. Empty: not recorded (a unit test's model).
+    vocabulary: str = dataclasses.field(default="", metadata={"param": False})
 
     @classmethod
     def from_dict(cls, saved: dict) -> "ModelConfig":
@@ -193,82 +193,6 @@ class TrainConfig:
 def checkpoint_steps(max_steps: int, save_every: int) -> list[int]:
     """The updates after which a training run saves a checkpoint: every `save_every`, and the last."""
     return sorted({*range(save_every, max_steps + 1, save_every), max_steps})
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    beam: Positive                # §6.1: beam size 4
-    # §6.1: alpha 0.6, GNMT's ((5+len)/6)^alpha; at most 10 (GNMT tuned it in [0, 1]; far
-    # beyond, the penalty overflows a float for long outputs)
-    lenpen: Annotated[float, Range(0, 10)]
-    max_len_extra: NonNegative    # §6.1: output length at most input length + 50
-    batch_tokens: Positive        # source tokens per decoding batch
-    threads: Positive
-    max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
-
-
-@dataclass(frozen=True)
-class ShortTrainingConfig:
-    """§3.5's second protocol (posenc.stages.shorten): train on short pairs, test on longer ones."""
-    max_len: Positive             # L: training pairs of at most L subwords a side, EOS included
-    variants: tuple["Variant", ...]  # the variants trained on them (dvc.yaml's train_short matrix)
-    buckets: tuple[Positive, ...]  # upper bounds of the source-length buckets beyond L (the last: to the longest)
-
-    def __post_init__(self):
-        bounds = (self.max_len, *self.buckets)
-        if any(a >= b for a, b in zip(bounds, bounds[1:])):
-            raise UserError(f"buckets: {list(self.buckets)} must rise strictly from above max_len "
-                            f"({self.max_len}); e.g. [{self.max_len + 4}, {self.max_len + 9}]")
-
-
-@dataclass(frozen=True)
-class ResidualStudyConfig:
-    """The residual study (README, "The residual study"): `sum` against the other kinds, with
-    sinusoidal positions. dvc.yaml's train_residual matrix trains `kinds` at every depth of
-    `depths`, train_residual_sum trains `sum` at `sum_depths`; `sum` at model.layers is the
-    positional table's sinusoidal run, not trained twice."""
-    kinds: tuple[Literal["concat", "none"], ...]
-    depths: tuple[Positive, ...]  # layers on each side
-    sum_depths: Annotated[tuple[Positive, ...], MAY_BE_EMPTY]
-
-    def __post_init__(self):
-        for key in ("kinds", "depths", "sum_depths"):
-            values = getattr(self, key)
-            if len(set(values)) != len(values):
-                raise UserError(f"{key}: {list(values)} lists a value twice (DVC's matrix would merge "
-                                f"the runs); list each once")
-
-
-@dataclass(frozen=True)
-class ExtrapolateConfig:
-    """§3.5's claim, tested: inputs made longer than any in training by joining test sentences."""
-    joins: tuple[Positive, ...]   # k: consecutive sentences (and references) joined into one input
-    splits: tuple[str, ...]       # the test sets joined; each a test split of data.corpus
-    max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    baseline: str                 # the variant the others are tested against
-    bootstrap_samples: Annotated[int, Range(100)]  # fewer leave no 95% interval to speak of
-    bootstrap_seed: NonNegative
-    length_buckets: tuple[Positive, ...]  # upper bounds (source words) of the length buckets
-
-    def __post_init__(self):
-        bounds = self.length_buckets
-        if any(a >= b for a, b in zip(bounds, bounds[1:])):
-            raise UserError(f"length_buckets: {list(bounds)} must rise strictly (each bucket's upper "
-                            f"bound above the one before, none twice); write e.g. {sorted(set(bounds))}")
-
-
-@dataclass(frozen=True)
-class AnalyzeConfig:
-    variance_shares: tuple[Share, ...]  # report how many dimensions hold these shares
-    long_positions: Positive      # the second position range for conjecture 1
-    subspace_share: Share         # principal subspaces cover this share of the variance
-    random_trials: Positive       # Monte Carlo draws for the random-subspace baseline
-    seed: NonNegative
-    max_sentences: NonNegative    # dev sentences for the logit split and word-order test (0 = all)
 
 
 def load(path: str | Path, section: str, cls: type, **fixed: Any):
@@ -340,12 +264,18 @@ def read_params(path: str | Path) -> dict:
     return raw
 
 
+def param_fields(cls: type) -> list[str]:
+    """The fields of `cls` that a params file sets: all but those marked `{"param": False}`
+    (facts that the stage fills in, such as the model's vocabulary digest)."""
+    return [f.name for f in dataclasses.fields(cls) if f.metadata.get("param", True)]
+
+
 def build(cls: type, values: Any, where: str, **fixed: Any):
     """Check `values` against the fields of dataclass `cls` and construct it."""
     if not isinstance(values, dict):
         raise UserError(f"{where}: expected a mapping of keys, got {type(values).__name__}")
     hints = typing.get_type_hints(cls, include_extras=True)
-    settable = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
+    settable = [name for name in param_fields(cls) if name not in fixed]
     for key in values:
         if key not in settable:
             valid = f"valid keys: {', '.join(settable)}" if settable else "it takes no settings: write {}"

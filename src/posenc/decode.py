@@ -7,6 +7,9 @@ speed benchmark. Beam size 1 is greedy search.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -15,7 +18,20 @@ from tqdm import tqdm
 
 from posenc.batching import pad
 from posenc.cache import DecoderCache
+from posenc.config import NonNegative, Positive, Range
 from posenc.errors import UserError
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    beam: Positive                # §6.1: beam size 4
+    # §6.1: alpha 0.6, GNMT's ((5+len)/6)^alpha; at most 10 (GNMT tuned it in [0, 1]; far
+    # beyond, the penalty overflows a float for long outputs)
+    lenpen: Annotated[float, Range(0, 10)]
+    max_len_extra: NonNegative    # §6.1: output length at most input length + 50
+    batch_tokens: Positive        # source tokens per decoding batch
+    threads: Positive
+    max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
 
 
 def length_penalty(length: int, alpha: float) -> float:

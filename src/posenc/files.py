@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import io
@@ -10,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from posenc.errors import UserError
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -95,6 +98,45 @@ def split_lines(text: str) -> list[str]:
 
 def read_lines(path: str | os.PathLike) -> list[str]:
     return split_lines(Path(path).read_text(encoding="utf-8"))
+
+
+def read_json(path: str | os.PathLike, fix: str) -> Any:
+    """A JSON file that a stage wrote; missing, unreadable or corrupt, it is one line naming the
+    file and `fix` (what makes it again)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing; {fix}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a JSON file; {fix}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not valid JSON ({type(e).__name__}); {fix}") from None
+
+
+def check_output_dir(path: str | os.PathLike, inputs: tuple = (), ours: tuple[str, ...] = ()) -> Path:
+    """Refuse, before anything is touched, a directory that a command would replace but may not:
+    the working directory or one above it, an input or a directory holding one, a file, or a
+    non-empty directory holding anything but the names `ours` (glob patterns) that the command
+    itself writes. A command replaces only what it wrote."""
+    target, here = Path(os.path.abspath(path)), Path(os.path.abspath(os.curdir))
+    if target == here or target in here.parents:
+        raise UserError(f"{path}: the working directory or one above it, which the output would "
+                        f"replace; name a new directory for it")
+    for given in inputs:
+        source = Path(os.path.abspath(given))
+        if target == source or target in source.parents:
+            raise UserError(f"{path}: holds the input {given}, which the output would replace; "
+                            f"name another directory for the output")
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{path}: a file, not a directory; name a directory for the output")
+    if target.is_dir():
+        foreign = sorted(p.name for p in target.iterdir()
+                         if not any(fnmatch.fnmatch(p.name, pattern) for pattern in ours))
+        if foreign:
+            raise UserError(f"{path}: holds {foreign[0]!r}, which this command did not write; name a "
+                            f"new directory, or empty it yourself")
+    return target
 
 
 def _cell(value: Any) -> str:

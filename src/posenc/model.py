@@ -8,6 +8,7 @@ shared by the encoder, the decoder and the pre-softmax projection, scaled by sqr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -339,8 +340,27 @@ TRAINING_BYTES_PER_PARAMETER = 16
 def _check_memory(c: ModelConfig, where: str) -> None:
     """Refuse, before anything is allocated, a model whose training state alone exceeds this
     machine's memory (a size key set far too large: model.d_ff 1e9, a learned table of 1e9 rows,
-    a relative clip of 1e8), naming the key that holds most of it. The model is built on the meta
-    device, which allocates nothing, so the count is torch's own."""
+    a relative clip of 1e8, model.layers 1e5), naming the key that holds most of it. Models of
+    one and two layers a side are built on the meta device, which allocates nothing, so the count
+    is torch's own; every further layer costs what the second did, so no depth is ever built."""
+    one, two = _training_bytes(dataclasses.replace(c, layers=1)), _training_bytes(dataclasses.replace(c, layers=2))
+    parts = {k: one.get(k, 0) + (two[k] - one.get(k, 0)) * (c.layers - 1) for k in two}
+    needed, available = sum(parts.values()), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        if sum(one.values()) <= available < sum(two.values()) * c.layers / 2:
+            key, value = "model.layers", c.layers  # one layer a side fits: the depth is what is too much
+        else:
+            key = max(parts, key=parts.get)
+            section, _, field = key.rpartition(".")
+            value = {"model": c, "tokenizer": {"vocab_size": c.vocab_size}}.get(section, c.position)
+            value = value[field] if isinstance(value, dict) else getattr(value, field)
+        raise UserError(f"{where}: {key} ({value:,}) makes a model whose training state (weights, "
+                        f"gradients, Adam's moments) needs about {needed / 2**30:,.1f} GiB, more than "
+                        f"this machine's {available / 2**30:,.1f} GiB of memory; lower it")
+
+
+def _training_bytes(c: ModelConfig) -> dict[str, int]:
+    """Bytes of training state of the model `c`, by the params key that sizes each tensor."""
     with torch.device("meta"):
         model = Transformer(c, VARIANTS[c.positional](c))
     size_key = {"learned": "max_positions", "concat": "max_positions", "relative": "clip"}
@@ -355,15 +375,7 @@ def _check_memory(c: ModelConfig, where: str) -> None:
         else:
             key = "model.d_model"
         parts[key] = parts.get(key, 0) + p.numel() * TRAINING_BYTES_PER_PARAMETER
-    needed, available = sum(parts.values()), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if needed > available:
-        key = max(parts, key=parts.get)
-        section, _, field = key.rpartition(".")
-        value = {"model": c, "tokenizer": {"vocab_size": c.vocab_size}}.get(section, c.position)
-        value = value[field] if isinstance(value, dict) else getattr(value, field)
-        raise UserError(f"{where}: {key} ({value:,}) makes a model whose training state (weights, "
-                        f"gradients, Adam's moments) needs about {needed / 2**30:,.1f} GiB, more than "
-                        f"this machine's {available / 2**30:,.1f} GiB of memory; lower it")
+    return parts
 
 
 def count_parameters(model: nn.Module) -> int:

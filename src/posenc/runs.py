@@ -1,22 +1,60 @@
-"""Where one run's files are: the rules behind dvc.yaml's `models/<variant>-<seed>/` and
-`results/runs/<variant>-<seed>/{metrics.json, scores.json, signatures.json, hyps/<split>.de,
-extrapolation.json}`. dvc.yaml
-writes the top directories and hands them to the stages; a stage that reads every run (report,
-analyze) finds each run's files here (tests/test_dvc.py checks that the two agree)."""
+"""Where one run's files are, and which stages make up its unit.
+
+A run is `models/<run>/` (its weights only, `model.pt` and `last.pt`, cached by DVC) and one
+text directory under `results/` that git tracks (`<part's results>/<item>/`): train's logs,
+digests and highway log, evaluate's metrics, scores, signatures and hypotheses, extrapolate's and
+measure's files. dvc.yaml writes the top directories and hands them to the stages; a stage that
+reads every run (report, analyze, residuals, trained_short) finds each run's files here
+(tests/test_dvc.py checks that the two agree).
+
+A unit is one run's training and every stage that reads its weights, in order (`PARTS`): the
+pinning run lands whole units (posenc.pinning), so that every aggregate is rebuilt from text.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from posenc.config import POSITIONAL
-from posenc.corpora import TGT
 from posenc.errors import UserError
 
-MODEL, DEV_LOG = "model.pt", "dev_log.tsv"
-METRICS, SCORES, SIGNATURES, HYPS = "metrics.json", "scores.json", "signatures.json", "hyps"
-EXTRAPOLATION = "extrapolation.json"   # the extrapolate stage's, beside the evaluate stage's
+MODEL, LAST = "model.pt", "last.pt"                        # models/<run>/: the weights
+TRAIN_LOG, DEV_LOG = "train_log.tsv", "dev_log.tsv"        # the run's text: train's
+DIGESTS, HIGHWAY = "digests.json", "highway_log.tsv"
+METRICS, SCORES, SIGNATURES, HYPS = "metrics.json", "scores.json", "signatures.json", "hyps"  # evaluate's
+EXTRAPOLATION = "extrapolation.json"                       # extrapolate's
+ANALYSIS = "analysis.json"                                 # measure's
+LENGTHS = "lengths.json"                                   # evaluate_short's
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the pinning run: its runs' models/ prefix and each unit's stages in order (one
+    chain per dvc.yaml matrix; the summed residual runs are a matrix of their own)."""
+    name: str
+    prefix: str
+    chains: tuple[tuple[str, ...], ...]
+
+
+PARTS = (Part("positional", "", (("train", "evaluate", "extrapolate", "measure"),)),
+         Part("residual", "residual-", (("train_residual", "evaluate_residual"),
+                                        ("train_residual_sum", "evaluate_residual_sum"))),
+         Part("short", "short-", (("train_short", "evaluate_short"),)))
+
+
+def unit_of(stage: str) -> tuple[Part, str, tuple[str, ...]] | None:
+    """(part, unit name, the unit's chain of stages) of a dvc.yaml stage `<name>@<item>`; None for
+    a stage outside every unit (fetch, prepare, the aggregates). The unit's name is its run's
+    models/ directory: `sinusoidal-1`, `residual-concat-3-1`, `short-rope-2`."""
+    name, _, item = stage.partition("@")
+    for part in PARTS:
+        for chain in part.chains:
+            if name in chain and item:
+                return part, part.prefix + item, chain
+    return None
 
 
 def run_name(variant: str, seed: int) -> str:
@@ -24,37 +62,27 @@ def run_name(variant: str, seed: int) -> str:
     return f"{variant}-{seed}"
 
 
+def residual_name(kind: str, layers: int, seed: int) -> str:
+    """`<kind>-<layers>-<seed>`: a run of the residual study (dvc.yaml's train_residual and
+    train_residual_sum): its weights in models/residual-<name>/, its text in
+    results/residual/runs/<name>/."""
+    return f"{kind}-{layers}-{seed}"
+
+
 def model_path(models: Path, variant: str, seed: int) -> Path:
     return Path(models) / run_name(variant, seed) / MODEL
 
 
-def dev_log_path(models: Path, variant: str, seed: int) -> Path:
-    return Path(models) / run_name(variant, seed) / DEV_LOG
-
-
 def result_dir(runs: Path, variant: str, seed: int) -> Path:
-    """results/runs/<variant>-<seed>: metrics.json (DVC's metrics: parameters, dev PPL and
-    sacreBLEU per split, numbers only, so that `dvc metrics show` fits a terminal), scores.json
-    (chrF and tok+compound-split BLEU per split), signatures.json (the run's variant, seed and
-    sacreBLEU signatures) and hyps/ from `evaluate`;
-    extrapolation.json from `extrapolate`."""
+    """results/runs/<variant>-<seed>: train's logs and digests, evaluate's metrics.json (DVC's
+    metrics: parameters, dev PPL, dev and first test set's sacreBLEU, numbers only), scores.json
+    (the other scores per split), signatures.json and hyps/, extrapolate's extrapolation.json and
+    measure's analysis.json."""
     return Path(runs) / run_name(variant, seed)
 
 
-def residual_name(kind: str, layers: int, seed: int) -> str:
-    """`<kind>-<layers>-<seed>`: a run of the residual study (dvc.yaml's train_residual and
-    train_residual_sum): its model in models/residual-<name>/, its evaluation in
-    results/residual/runs/<name>/ (the files of `result_dir`)."""
-    return f"{kind}-{layers}-{seed}"
-
-
-def hypothesis_path(hyps_dir: Path, split: str) -> Path:
-    return Path(hyps_dir) / f"{split}.{TGT}"
-
-
-def hypothesis_files(hyps_dir: Path) -> Path:
-    """Every hypothesis file of `hyps_dir`, as a pattern (posenc.files.clear)."""
-    return hypothesis_path(hyps_dir, "*")
+def dev_log_path(runs: Path, variant: str, seed: int) -> Path:
+    return result_dir(runs, variant, seed) / DEV_LOG
 
 
 def trained_with(model: Path, lock: Path) -> Path:
@@ -93,3 +121,14 @@ def train_stage_of(model: Path) -> str | None:
         return f"train_residual{'_sum' if item.startswith('sum-') else ''}@{item}"
     variant, _, seed = name.rpartition("-")
     return f"train@{name}" if variant in POSITIONAL and seed.isdigit() else None
+
+
+def require_model(model: Path) -> None:
+    """For the tools that take a model by path (translate, export, verify): a missing one is one
+    line naming the stage that trains it. The stages themselves get their models from DVC."""
+    model = Path(model)
+    if not model.is_file():
+        stage = train_stage_of(model)
+        raise UserError(f"{model}: missing; " + (f"`dvc repro {stage}` trains it (or `dvc pull {model}` "
+                        f"fetches it, once a DVC remote holding the pinned outputs is set)" if stage else
+                        "give the model.pt of a trained run (posenc train writes one)"))

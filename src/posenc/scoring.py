@@ -15,6 +15,17 @@ from posenc.corpora import TGT
 from posenc.errors import UserError
 
 
+def hypothesis_path(hyps_dir: Path, split: str) -> Path:
+    """A split's hypotheses in a stage's hyps/ directory: <split>.de, line by line with the
+    references."""
+    return Path(hyps_dir) / f"{split}.{TGT}"
+
+
+def hypothesis_files(hyps_dir: Path) -> Path:
+    """Every hypothesis file of `hyps_dir`, as a pattern (posenc.files.clear)."""
+    return hypothesis_path(hyps_dir, "*")
+
+
 def read_references(raw_dir: Path, split: str, count: int | None = None,
                     sources: int | None = None) -> list[str]:
     """The untouched references; the first `count` of them when only those were translated.

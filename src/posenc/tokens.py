@@ -7,6 +7,7 @@ boundaries and no offsets table is needed. uint16 while the vocabulary fits, els
 
 from __future__ import annotations
 
+import hashlib
 import io
 from pathlib import Path
 
@@ -28,6 +29,27 @@ def load_tokenizer(path: Path):
     except (RuntimeError, OSError) as e:
         raise UserError(f"{path}: not a readable SentencePiece model ({str(e).splitlines()[0][:80]}); "
                         f"train it again with `dvc repro -f prepare`") from None
+
+
+def vocabulary_digest(sp) -> str:
+    """SHA-256 of the pieces in id order: two SentencePiece models of one size but other pieces
+    differ here (the ids a model was trained on would mean other words)."""
+    return hashlib.sha256("\n".join(sp.id_to_piece(i) for i in range(sp.vocab_size())).encode()).hexdigest()
+
+
+def check_vocabulary(sp, spm: Path, vocabulary: str, model: Path) -> None:
+    """Refuse a SentencePiece model that is not the one `model` was trained with."""
+    if vocabulary and vocabulary_digest(sp) != vocabulary:
+        raise UserError(f"{spm}: not the SentencePiece model that {model} was trained with (other "
+                        f"pieces); pass the --spm of its training run (dvc.lock's train stage names it)")
+
+
+def check_ids(path: Path, sentences: list[np.ndarray], vocab_size: int) -> None:
+    """Refuse arrays encoded with a larger vocabulary than the model's (ids beyond its table)."""
+    top = max((int(s.max()) for s in sentences if len(s)), default=-1)
+    if top >= vocab_size:
+        raise UserError(f"{path}: holds id {top}, beyond the model's vocabulary of {vocab_size}; pass "
+                        f"the --arrays that were encoded with the model's SentencePiece model")
 
 
 def array_path(arrays_dir: Path, split: str, lang: str) -> Path:

@@ -1,4 +1,6 @@
-"""Stage `analyze`: turn the classic answers to "why sum, not concatenate?" into measurements.
+"""Stage `analyze`: the classic answers to "why sum, not concatenate?", measured on every run
+(posenc.measures, by the per-run stage `measure`) and set side by side over variants and seeds.
+It reads the runs' analysis.json files alone, never a model.
 
 1. "Only about half of the sinusoidal dimensions move with position": variance of each dimension
    of the position table over positions 0..L-1, and how many dimensions hold 90% / 99% of it.
@@ -20,156 +22,17 @@ when those change.
 from __future__ import annotations
 
 import json
-import random
 import statistics
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from posenc import config, corpora, files, runtime, tokens
-from posenc.batching import pad
-from posenc.checkpoints import load_model
-from posenc.corpora import SRC
-from posenc.decode import translate
+from posenc import config, files
+from posenc.config import Share
+from posenc.errors import UserError
 from posenc.figures import STYLE, pyplot, save_figure
-from posenc.runs import model_path
-from posenc.scoring import read_references, score
-
-TERMS = ("word-word", "word-position", "position-word", "position-position")
-
-
-# 1 -------------------------------------------------------------------------------------------
-def dimension_variance(table: np.ndarray, shares: tuple[float, ...]) -> dict:
-    """Variance of each dimension over the rows (positions); dimensions holding each share of it."""
-    var = table.var(axis=0)
-    cumulative = np.cumsum(np.sort(var)[::-1]) / var.sum()
-    return {"positions": int(table.shape[0]), "dims": int(table.shape[1]),
-            **{f"dims_{round(s * 100)}pct": int(np.searchsorted(cumulative, s) + 1) for s in shares},
-            "variance": [round(float(v), 6) for v in var]}
-
-
-# 2 -------------------------------------------------------------------------------------------
-def principal_basis(matrix: np.ndarray, share: float) -> np.ndarray:
-    """Orthonormal basis (dims x k) of the top-k principal directions covering `share` of the variance."""
-    centered = matrix - matrix.mean(axis=0)
-    _, s, vt = np.linalg.svd(centered, full_matrices=False)
-    cumulative = np.cumsum(s ** 2) / np.sum(s ** 2)
-    k = int(np.searchsorted(cumulative, share) + 1)
-    return vt[:k].T
-
-
-def principal_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosines of the principal angles between the column spaces of orthonormal a and b."""
-    return np.clip(np.linalg.svd(a.T @ b, compute_uv=False), 0.0, 1.0)
-
-
-def random_cosines(dims: int, k1: int, k2: int, trials: int, seed: int) -> tuple[float, float]:
-    """Mean and std over trials of the mean principal cosine of two random subspaces."""
-    rng = np.random.default_rng(seed)
-    means = [principal_cosines(np.linalg.qr(rng.standard_normal((dims, k1)))[0],
-                               np.linalg.qr(rng.standard_normal((dims, k2)))[0]).mean()
-             for _ in range(trials)]
-    return float(np.mean(means)), float(np.std(means))
-
-
-def subspace_angles(token_matrix: np.ndarray, position_table: np.ndarray, share: float,
-                    trials: int, seed: int) -> dict:
-    a, b = principal_basis(token_matrix, share), principal_basis(position_table, share)
-    cos = principal_cosines(a, b)
-    base_mean, base_std = random_cosines(token_matrix.shape[1], a.shape[1], b.shape[1], trials, seed)
-    return {"k_token": a.shape[1], "k_position": b.shape[1], "mean_cos": round(float(cos.mean()), 4),
-            "mean_angle_deg": round(float(np.degrees(np.arccos(cos)).mean()), 2),
-            "random_mean_cos": round(base_mean, 4), "random_std": round(base_std, 4)}
-
-
-# 3 -------------------------------------------------------------------------------------------
-def first_layer_batches(model, sentences: list[np.ndarray], batch_size: int = 64):
-    """(padded source ids, (B, S, S) mask of pairs of real tokens) for each batch of sentences."""
-    for start in range(0, len(sentences), batch_size):
-        src = pad(sentences[start:start + batch_size], model.config.pad_id).to(model.embed.weight.device)
-        real = src != model.config.pad_id
-        yield src, real[:, :, None] & real[:, None, :]
-
-
-@torch.no_grad()
-def logit_shares(model, sentences: list[np.ndarray]) -> dict:
-    """Each of the four terms' share of the summed term variances, per head and averaged over
-    heads, over all (query, key) pairs of real tokens in the first encoder layer."""
-    heads = model.config.heads
-    stats = torch.zeros(len(TERMS), heads, 3, dtype=torch.float64)  # count, sum, sum of squares
-    for src, pairs in first_layer_batches(model, sentences):
-        terms = model.first_layer_terms(src)
-        for i, name in enumerate(TERMS):
-            values = terms[name].double().transpose(0, 1)[:, pairs].cpu()  # (heads, pairs)
-            stats[i] += torch.stack((torch.full((heads,), float(values.shape[1]), dtype=torch.float64),
-                                     values.sum(1), (values ** 2).sum(1)), dim=1)
-    count, total, squares = stats.unbind(-1)
-    variance = squares / count - (total / count) ** 2  # (terms, heads)
-    share = variance / variance.sum(0, keepdim=True)
-    return {"per_head": {name: [round(float(v), 4) for v in share[i]] for i, name in enumerate(TERMS)},
-            "mean": {name: round(float(share[i].mean()), 4) for i, name in enumerate(TERMS)}}
-
-
-@torch.no_grad()
-def distance_share(model, sentences: list[np.ndarray]) -> dict:
-    """The share of the first encoder layer's logit variance explained by the distance j - i
-    alone (the correlation ratio eta^2 of the logits grouped by distance), per head and averaged:
-    1 when the logits are a function of distance (a pure ALiBi bias), near 0 when position plays
-    no part. Defined for every variant, additive or not."""
-    span = max(len(s) for s in sentences)
-    heads = model.config.heads
-    count = torch.zeros(2 * span - 1, dtype=torch.float64)
-    sums = torch.zeros(heads, 2 * span - 1, dtype=torch.float64)
-    squares = torch.zeros(heads, dtype=torch.float64)
-    for src, pairs in first_layer_batches(model, sentences):
-        positions = torch.arange(src.shape[1], device=src.device)
-        distance = (positions[None, :] - positions[:, None] + span - 1).expand_as(pairs)[pairs]
-        values = model.first_layer_logits(src).double().transpose(0, 1)[:, pairs].cpu()  # (heads, pairs)
-        distance = distance.cpu()
-        count.index_add_(0, distance, torch.ones_like(distance, dtype=torch.float64))
-        sums.index_add_(1, distance, values)
-        squares += (values ** 2).sum(1)
-    n = count.sum()
-    grand = sums.sum(1) / n
-    between = (sums ** 2 / count.clamp(min=1)).sum(1) - n * grand ** 2
-    share = between / (squares - n * grand ** 2)
-    return {"per_head": [round(float(v), 4) for v in share], "mean": round(float(share.mean()), 4)}
-
-
-def where_position(model) -> str:
-    """Where the variant puts position, as the model is built (not as its name says)."""
-    if model.positional.position_part(torch.arange(1, device=model.embed.weight.device)) is not None:
-        return "first layer"
-    if model.encoder[0].attn.position is not None:
-        return "self-attention"
-    return "nowhere (the decoder's causal mask only)"
-
-
-# 4 -------------------------------------------------------------------------------------------
-def reorder_words(lines: list[str], how: str, seed: int) -> list[str]:
-    if how == "original":
-        return list(lines)
-    if how == "reversed":
-        return [" ".join(line.split()[::-1]) for line in lines]
-    rng = random.Random(seed)
-    out = []
-    for line in lines:
-        words = line.split()
-        rng.shuffle(words)
-        out.append(" ".join(words))
-    return out
-
-
-def word_order_bleu(model, sp, sources: list[str], references: list[str], seed: int,
-                    eval_cfg: config.EvalConfig) -> dict:
-    result = {}
-    for how in ("original", "shuffled", "reversed"):
-        ids = [np.array(s + [model.config.eos_id]) for s in sp.encode(reorder_words(sources, how, seed))]
-        out = translate(model, ids, eval_cfg.beam, eval_cfg.lenpen, eval_cfg.max_len_extra,
-                        eval_cfg.batch_tokens, model.embed.weight.device, desc=f"{model.config.positional} {how}")
-        result[how] = score([sp.decode(o) for o in out], references)["bleu"]
-    return result
+from posenc.measures import TERMS
+from posenc.runs import ANALYSIS, result_dir, run_name
 
 
 # over seeds ----------------------------------------------------------------------------------
@@ -200,41 +63,6 @@ def fmt(x, digits: int | None = None) -> str:
         d = 1 if digits is None else digits
         return f"{x['seed_mean']:.{d}f} ± {x['seed_std']:.{d}f}"
     return f"{x:.{digits}f}" if digits is not None else f"{x:g}"
-
-
-# the stage -----------------------------------------------------------------------------------
-def analyze(models: dict, sp, corpus: corpora.Corpus, arrays: Path, raw: Path,
-            cfg: config.AnalyzeConfig, eval_cfg: config.EvalConfig) -> dict:
-    """`models`: variant name -> trained model (one seed)."""
-    eos = next(iter(models.values())).config.eos_id
-    train = [tokens.load(tokens.array_path(arrays, "train", lang), eos) for lang in ("en", "de")]
-    longest = max(len(s) for side in train for s in side)
-    limit = cfg.max_sentences or None
-    dev = tokens.load(tokens.array_path(arrays, corpus.dev, SRC), eos)[:limit]
-    dev_sources = files.read_lines(Path(raw) / f"{corpus.dev}.{SRC}")[:limit]
-    dev_references = read_references(raw, corpus.dev, limit)
-    out = {"longest_training_sentence": longest, "where_position": {}, "position_variance": {},
-           "subspace_angles": {}, "logit_terms": {}, "distance_share": {}, "word_order_bleu": {}}
-    for name, model in models.items():
-        out["where_position"][name] = where_position(model)
-        # A learned table has max_len rows: the long range stops there ("positions" says so).
-        rows = {n: min(n, model.max_len or n) for n in (longest, cfg.long_positions)}
-        device = model.embed.weight.device
-        parts = {n: model.positional.position_part(torch.arange(r, device=device)) for n, r in rows.items()}
-        if parts[longest] is not None:
-            tables = {f"L{n}": p.detach().cpu().numpy() for n, p in parts.items()}
-            out["position_variance"][name] = {k: dimension_variance(t, cfg.variance_shares)
-                                              for k, t in tables.items()}
-            embeddings = model.positional.token_part(model.embed.weight.detach() * model.scale).cpu().numpy()
-            embeddings = np.delete(embeddings, model.config.pad_id, axis=0)
-            out["subspace_angles"][name] = subspace_angles(
-                embeddings, tables[f"L{longest}"], cfg.subspace_share, cfg.random_trials, cfg.seed)
-        reason = model.logit_split()
-        out["logit_terms"][name] = logit_shares(model, dev) if reason is None else {"undefined": reason}
-        out["distance_share"][name] = distance_share(model, dev)
-        out["word_order_bleu"][name] = word_order_bleu(model, sp, dev_sources, dev_references,
-                                                       cfg.seed, eval_cfg)
-    return out
 
 
 def markdown(a: dict, shares: tuple[float, ...]) -> str:
@@ -373,23 +201,36 @@ def plot(a: dict, figures: Path, shares: tuple[float, ...]) -> None:
     save_figure(fig, figures / "word_order.png")
 
 
+def read_measures(runs: Path, variants: tuple[str, ...], seeds: tuple[int, ...]) -> list[dict]:
+    """Each seed's measurements, keyed by measure, then variant (the layout of over_seeds' input),
+    from results/runs/<variant>-<seed>/analysis.json; a file of another run is refused."""
+    each = []
+    for seed in seeds:
+        one = {}
+        for variant in variants:
+            path = result_dir(runs, variant, seed) / ANALYSIS
+            got = files.read_json(path, f"`dvc repro measure@{run_name(variant, seed)}` writes it")
+            if not isinstance(got, dict) or (got.get("variant"), got.get("seed")) != (variant, seed):
+                raise UserError(f"{path}: not the measurements of {run_name(variant, seed)}; "
+                                f"`dvc repro -f measure@{run_name(variant, seed)}` measures it again")
+            one.setdefault("longest_training_sentence", got.get("longest_training_sentence"))
+            for key, value in got.items():
+                if key not in ("variant", "seed", "layers", "residual", "longest_training_sentence"):
+                    one.setdefault(key, {})[variant] = value
+        each.append(one)
+    return each
+
+
 def run(args) -> None:
-    data = config.load(args.params, "data", config.DataConfig)
-    cfg = config.load(args.params, "analyze", config.AnalyzeConfig)
-    eval_cfg = config.load(args.params, "eval", config.EvalConfig)
+    shares = config.load_value(args.params, "analyze.variance_shares", tuple[Share, ...])
     variants = config.load_list(args.params, "variants", config.Variant)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
-    device = runtime.setup(eval_cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
-    sp = tokens.load_tokenizer(Path(args.spm))
-    corpus = corpora.get(data.corpus)
-    each = [analyze({v: load_model(model_path(Path(args.models), v, seed), device) for v in variants},
-                    sp, corpus, Path(args.arrays), Path(args.raw), cfg, eval_cfg) for seed in seeds]
-    result = {"seeds": list(seeds), **over_seeds(each)}
+    result = {"seeds": list(seeds), **over_seeds(read_measures(Path(args.runs), variants, seeds))}
     figures = Path(args.figures)
     files.clear(figures / "*.png", figures / "*.svg", args.json, args.md)  # never a mix of two runs'
-    plot(result, figures, cfg.variance_shares)
+    plot(result, figures, shares)
     files.write_json(args.json, result)
-    files.write_text(args.md, markdown(result, cfg.variance_shares))
+    files.write_text(args.md, markdown(result, shares))
     order = result["word_order_bleu"]
     print(f"analyze: {len(seeds)} seed(s), dev BLEU original/shuffled: "
           + ", ".join(f"{v} {fmt(r['original'], 2)}/{fmt(r['shuffled'], 2)}" for v, r in order.items())

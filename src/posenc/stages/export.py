@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from posenc import ct2, tokens
+from posenc import ct2, files, tokens
 from posenc.checkpoints import load_model
 from posenc.errors import UserError
-from posenc.runs import trained_with
+from posenc.runs import require_model, trained_with
 
 
 def run(args) -> None:
@@ -22,11 +22,15 @@ def run(args) -> None:
     model_file, out_dir = Path(args.model), Path(args.out)
     if args.positions < 1:
         raise UserError(f"--positions {args.positions}: must be >= 1")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: exists and is not a directory; give --out a directory to write")
+    # a CTranslate2 model directory and nothing else: never the project, an input or a directory
+    # of the user's (posenc.files.check_output_dir)
+    files.check_output_dir(out_dir, (model_file, *([args.spm] if args.spm else [])),
+                           ours=("model.bin", "config.json", "*vocabulary*", "spm.model"))
+    require_model(model_file)
     model = load_model(model_file, torch.device("cpu"))
     spm = Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock))
     sp = tokens.load_tokenizer(spm)
+    tokens.check_vocabulary(sp, spm, model.config.vocabulary, model_file)
     built = ct2.spec(model, sp, args.positions)
     # written beside the target, then moved: an interrupted export leaves no half-written model
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -15,17 +15,26 @@ join, are left out. Decoding is the evaluate stage's (`eval` params), with the a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from posenc import config, corpora, files, runtime, tokens
 from posenc.checkpoints import load_model
-from posenc.config import EvalConfig, ExtrapolateConfig
+from posenc.config import NonNegative, Positive
 from posenc.corpora import SRC, TGT
-from posenc.decode import check_beam, translate
+from posenc.decode import EvalConfig, check_beam, translate
 from posenc.errors import UserError
 from posenc.scoring import read_references, score
+
+
+@dataclass(frozen=True)
+class ExtrapolateConfig:
+    """§3.5's claim, tested: inputs made longer than any in training by joining test sentences."""
+    joins: tuple[Positive, ...]   # k: consecutive sentences (and references) joined into one input
+    splits: tuple[str, ...]       # the test sets joined; each a test split of data.corpus
+    max_sentences: NonNegative    # 0: every sentence; else the first N of each split (quick profiles)
 
 
 def joined(lines: list[str], k: int) -> list[str]:
@@ -88,6 +97,7 @@ def run(args) -> None:
     model = load_model(Path(args.model), device)
     check_beam(eval_cfg.beam, model.config.vocab_size, f"{args.params}: eval.beam")
     sp = tokens.load_tokenizer(Path(args.spm))
+    tokens.check_vocabulary(sp, Path(args.spm), model.config.vocabulary, Path(args.model))
     eos, arrays = model.config.eos_id, Path(args.arrays)
     longest_source = longest(arrays, "train", SRC, eos)
     longest_target = longest(arrays, "train", TGT, eos)

@@ -14,14 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from posenc import config, corpora, files, runtime, tokens
-from posenc.buckets import bucket_bounds, bucket_name, by_bucket
+from posenc.buckets import ShortTrainingConfig, bucket_bounds, bucket_name, by_bucket
 from posenc.checkpoints import load_model
-from posenc.config import EvalConfig, ShortTrainingConfig
 from posenc.corpora import SRC
-from posenc.decode import check_beam, translate
+from posenc.decode import EvalConfig, check_beam, translate
 from posenc.model import check_lengths
-from posenc.runs import hypothesis_files, hypothesis_path
-from posenc.scoring import read_references, score
+from posenc.scoring import hypothesis_files, hypothesis_path, read_references, score
 
 
 def run(args) -> None:
@@ -33,9 +31,12 @@ def run(args) -> None:
     model = load_model(Path(args.model), device)
     check_beam(cfg.beam, model.config.vocab_size, f"{args.params}: eval.beam")
     sp = tokens.load_tokenizer(Path(args.spm))
+    tokens.check_vocabulary(sp, Path(args.spm), model.config.vocabulary, Path(args.model))
     eos, limit, arrays = model.config.eos_id, cfg.max_sentences or None, Path(args.arrays)
     splits = list(corpus.scored)
     sources = {split: tokens.load(tokens.array_path(arrays, split, SRC), eos)[:limit] for split in splits}
+    for split, sentences in sources.items():
+        tokens.check_ids(tokens.array_path(arrays, split, SRC), sentences, model.config.vocab_size)
     check_lengths(model, {tokens.array_path(arrays, split, SRC): s for split, s in sources.items()})
     lengths, outputs, hyps, refs, texts = [], [], [], [], {}
     for split in splits:

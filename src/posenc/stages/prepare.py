@@ -12,14 +12,25 @@ from __future__ import annotations
 import io
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 from tqdm import tqdm
 
 from posenc import files, tokens
+from posenc.config import NonNegative, Positive, Share
 from posenc.corpora import SRC, TGT, Corpus
 from posenc.errors import UserError
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    vocab_size: Positive          # one joint BPE vocabulary (§5.1)
+    character_coverage: Share
+    input_sentence_size: NonNegative  # 0: train on every sentence; else a seeded sample of this many
+    seed: NonNegative
+    threads: Positive
 
 # Fixed special ids, so every run and every variant agrees on them.
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -84,7 +95,7 @@ def run(args) -> None:
     from posenc.downloads import read_record
 
     data = config.load(args.params, "data", config.DataConfig)
-    tok = config.load(args.params, "tokenizer", config.TokenizerConfig)
+    tok = config.load(args.params, "tokenizer", TokenizerConfig)
     corpus = corpora.get(data.corpus)
     raw = Path(args.raw)
     texts = [raw / f"train.{lang}" for lang in (SRC, TGT)]

@@ -25,9 +25,9 @@ from posenc import config, corpora, files
 from posenc.corpora import SRC
 from posenc.errors import UserError
 from posenc.figures import STYLE, pyplot, save_figure, style
-from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_log_path,
-                         hypothesis_path, result_dir, run_name)
-from posenc.scoring import read_references
+from posenc.report_config import ReportConfig
+from posenc.runs import EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_log_path, result_dir, run_name
+from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, paired_bootstrap, seed_bootstrap, sentence_statistics
 from posenc.tables import VERDICTS, cell, markdown_table, p_is, p_text, span, summarize, to_csv, verdict
 
@@ -617,7 +617,7 @@ def read_dev_log(path: Path) -> list[tuple[int, float]]:
 
 def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
-    cfg = config.load(args.params, "report", config.ReportConfig)
+    cfg = config.load(args.params, "report", ReportConfig)
     variants = config.load_list(args.params, "variants", config.Variant)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
@@ -626,8 +626,8 @@ def run(args) -> None:
     sig = significance(runs, corpus, raw, cfg.baseline, cfg.bootstrap_samples, cfg.bootstrap_seed)
     prov = provenance(runs, Path(args.lock))
     by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets, cfg.bootstrap_samples)
-    # Dev logs live beside each model (posenc.runs).
-    curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.models), r["variant"], r["seed"]))
+    # Dev logs are the train stage's text, in each run's results directory (posenc.runs).
+    curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.runs), r["variant"], r["seed"]))
               for r in runs}
     ranking = ranking_along_training(curves, runs)
     extrapolation = extrapolation_rows(runs)

@@ -14,16 +14,37 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 from posenc import config, corpora, files
+from posenc.config import MAY_BE_EMPTY, Positive
 from posenc.errors import UserError
 from posenc.figures import pyplot, save_figure
-from posenc.runs import (HYPS, METRICS, SCORES, hypothesis_path, residual_name, result_dir,
-                         run_name)
-from posenc.scoring import read_references
+from posenc.report_config import ReportConfig
+from posenc.runs import HIGHWAY, HYPS, METRICS, SCORES, SIGNATURES, residual_name, result_dir
+from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, seed_bootstrap, sentence_statistics
 from posenc.tables import cell, markdown_table, p_is, summarize, to_csv
+
+
+@dataclass(frozen=True)
+class ResidualStudyConfig:
+    """The residual study (README, "The residual study"): `sum` against the other kinds, with
+    sinusoidal positions. dvc.yaml's train_residual matrix trains `kinds` at every depth of
+    `depths`, train_residual_sum trains `sum` at `sum_depths`; `sum` at model.layers is the
+    positional table's sinusoidal run, not trained twice."""
+    kinds: tuple[Literal["concat", "none"], ...]
+    depths: tuple[Positive, ...]  # layers on each side
+    sum_depths: Annotated[tuple[Positive, ...], MAY_BE_EMPTY]
+
+    def __post_init__(self):
+        for key in ("kinds", "depths", "sum_depths"):
+            values = getattr(self, key)
+            if len(set(values)) != len(values):
+                raise UserError(f"{key}: {list(values)} lists a value twice (DVC's matrix would merge "
+                                f"the runs); list each once")
 
 KINDS = ("sum", "concat", "none")  # posenc.model.Residual: the paper's first, then the two others
 
@@ -37,7 +58,7 @@ def depths_text(depths: list[int]) -> str:
     return " and ".join([*map(str, depths[:-1]), layers_text(depths[-1])])
 
 
-def groups(study: config.ResidualStudyConfig, layers: int) -> list[tuple[str, int]]:
+def groups(study: ResidualStudyConfig, layers: int) -> list[tuple[str, int]]:
     """The (kind, depth) cells of the study, each depth's `sum` first: sum at `layers` (the
     positional table's sinusoidal run) and at `sum_depths`, the other kinds at `depths`."""
     depths = sorted({layers, *study.depths, *study.sum_depths})
@@ -50,19 +71,17 @@ def groups(study: config.ResidualStudyConfig, layers: int) -> list[tuple[str, in
 
 
 def run_dirs(cells: list[tuple[str, int]], seeds: tuple[int, ...], layers: int, runs: Path,
-             residual_runs: Path, models: Path) -> dict:
-    """{(kind, depth, seed): (evaluation directory, model directory)}: `sum` at model.layers is
-    the positional table's sinusoidal run; every other cell is a residual run."""
+             residual_runs: Path) -> dict:
+    """{(kind, depth, seed): the run's results directory}: `sum` at model.layers is the
+    positional table's sinusoidal run; every other cell is a residual run."""
     out = {}
     for kind, depth in cells:
         for seed in seeds:
             if kind == "sum" and depth == layers:
-                out[kind, depth, seed] = (result_dir(runs, "sinusoidal", seed),
-                                          Path(models) / run_name("sinusoidal", seed))
+                out[kind, depth, seed] = result_dir(runs, "sinusoidal", seed)
             else:
-                name = residual_name(kind, depth, seed)
-                out[kind, depth, seed] = Path(residual_runs) / name, Path(models) / f"residual-{name}"
-    missing = [str(where / METRICS) for where, _ in out.values() if not (where / METRICS).is_file()]
+                out[kind, depth, seed] = Path(residual_runs) / residual_name(kind, depth, seed)
+    missing = [str(where / METRICS) for where in out.values() if not (where / METRICS).is_file()]
     if missing:
         raise UserError(f"{missing[0]}: missing ({len(missing)} evaluations in all); run `dvc repro "
                         f"evaluate_residual evaluate_residual_sum evaluate`")
@@ -80,11 +99,18 @@ def read_highway(path: Path) -> list[tuple[int, str, str, float]]:
 def load(dirs: dict) -> dict:
     """{(kind, depth, seed): {"metrics": metrics and scores, "highway": rows}}."""
     out = {}
-    for key, (where, model_dir) in dirs.items():
+    for key, where in dirs.items():
+        # the cell a run is tabulated in is the run's own kind and depth, never the params' word
+        signature = files.read_json(where / SIGNATURES, "its evaluate stage writes it (`dvc repro`)")
+        kind, depth, _ = key
+        made = (signature.get("residual", "sum"), signature.get("layers")) if isinstance(signature, dict) else None
+        if made != (kind, depth):
+            raise UserError(f"{where / SIGNATURES}: a run of residual {made[0] if made else '?'} with "
+                            f"{made[1] if made else '?'} layers, tabulated as {kind} with {depth}; "
+                            f"re-run its train and evaluate stages under the current params")
         metrics = {**json.loads((where / METRICS).read_text(encoding="utf-8")),
                    **json.loads((where / SCORES).read_text(encoding="utf-8"))}
-        out[key] = {"metrics": metrics, "highway": read_highway(model_dir / "highway_log.tsv"),
-                    "hyps": where / HYPS}
+        out[key] = {"metrics": metrics, "highway": read_highway(where / HIGHWAY), "hyps": where / HYPS}
     return out
 
 
@@ -330,13 +356,13 @@ def plot_highway(hw: list[dict], cells: list[tuple[str, int]], path: Path) -> No
 
 def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
-    study = config.load(args.params, "residual_study", config.ResidualStudyConfig)
-    report = config.load(args.params, "report", config.ReportConfig)
+    study = config.load(args.params, "residual_study", ResidualStudyConfig)
+    report = config.load(args.params, "report", ReportConfig)
     layers = config.load_value(args.params, "model.layers", config.Positive)
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
     cells = groups(study, layers)
-    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs), Path(args.models)))
+    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs)))
     rows = table_rows(runs, cells, seeds, corpus)
     sig = significance(runs, cells, seeds, corpus, raw, report.bootstrap_samples, report.bootstrap_seed)
     hw = highway_rows(runs, cells, seeds)

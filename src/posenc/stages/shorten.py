@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from posenc import config, corpora, files, tokens
+from posenc.buckets import ShortTrainingConfig
 from posenc.corpora import SRC, TGT
 from posenc.errors import UserError
 
 
 def run(args) -> None:
-    cfg = config.load(args.params, "short_training", config.ShortTrainingConfig)
+    cfg = config.load(args.params, "short_training", ShortTrainingConfig)
     data = config.load(args.params, "data", config.DataConfig)
     corpus = corpora.get(data.corpus)
     sp = tokens.load_tokenizer(Path(args.spm))
     eos, limit = sp.eos_id(), cfg.max_len
     arrays, out, stats_path = Path(args.arrays), Path(args.out), Path(args.stats)
+    # the output directory holds the split arrays and nothing else: never the project, an input
+    # or a directory of the user's (posenc.files.check_output_dir)
+    files.check_output_dir(out, (arrays, args.spm, args.params), ours=("*.npy",))
     sides = {lang: tokens.load(tokens.array_path(arrays, "train", lang), eos) for lang in (SRC, TGT)}
     kept = [i for i, (s, t) in enumerate(zip(sides[SRC], sides[TGT])) if len(s) <= limit and len(t) <= limit]
     if not kept:
@@ -38,11 +43,12 @@ def run(args) -> None:
              "train_pairs": {"kept": len(kept), "dropped": len(sides[SRC]) - len(kept)},
              "longest_kept": {lang: max(len(sides[lang][i]) for i in kept) for lang in (SRC, TGT)},
              "sources_beyond_max_len": {}}
-    # Written beside the target and moved in as a set: no directory holds a mix of two runs.
-    staging = out.parent / ".shorten.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
+    # Written beside the target and moved in as a set: no directory holds a mix of two runs. The
+    # staging directory is this process's own, so two runs at once never share one.
+    out.parent.mkdir(parents=True, exist_ok=True)
     stats_path.parent.mkdir(parents=True, exist_ok=True)
-    (staging / "arrays").mkdir(parents=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".shorten."))
+    (staging / "arrays").mkdir()
     try:
         for lang in (SRC, TGT):
             tokens.save(tokens.array_path(staging / "arrays", "train", lang),

@@ -28,7 +28,8 @@ def inputs(params: Path, variant: str, spm: Path, arrays: Path,
     model_config = config.load(params, "model", ModelConfig, positional=variant,
                                position=config.load_positional(params, variant),
                                vocab_size=sp.vocab_size(), pad_id=sp.pad_id(),
-                               bos_id=sp.bos_id(), eos_id=sp.eos_id())
+                               bos_id=sp.bos_id(), eos_id=sp.eos_id(),
+                               vocabulary=tokens.vocabulary_digest(sp))
     if model_changes:
         model_config = dataclasses.replace(model_config, **model_changes)
     model.check(model_config, str(params))  # before any data is read, naming this params file

@@ -18,13 +18,13 @@ import statistics
 from pathlib import Path
 
 from posenc import config, corpora, files, tokens
-from posenc.buckets import bucket_bounds, by_bucket
-from posenc.config import ShortTrainingConfig
+from posenc.buckets import ShortTrainingConfig, bucket_bounds, by_bucket
 from posenc.corpora import SRC, TGT
 from posenc.errors import UserError
 from posenc.figures import STYLE, pyplot, save_figure, style
-from posenc.runs import HYPS, hypothesis_path, run_name
-from posenc.scoring import read_references
+from posenc.report_config import ReportConfig
+from posenc.runs import HYPS, run_name
+from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, kept_share, kept_share_bootstrap, sentence_statistics
 from posenc.tables import cell, markdown_table, p_is, summarize, to_csv
 
@@ -222,7 +222,7 @@ def plot(rows: list[dict], short: ShortTrainingConfig, seeds: tuple[int, ...], r
 def run(args) -> None:
     data = config.load(args.params, "data", config.DataConfig)
     short = config.load(args.params, "short_training", ShortTrainingConfig)
-    report = config.load(args.params, "report", config.ReportConfig)
+    report = config.load(args.params, "report", ReportConfig)
     limit = config.load_value(args.params, "eval.max_sentences", config.NonNegative) or None
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus = corpora.get(data.corpus)

@@ -19,9 +19,9 @@ import numpy as np
 
 from posenc import config, files, runtime, tokens
 from posenc.checkpoints import load_model
-from posenc.decode import check_beam, translate
+from posenc.decode import EvalConfig, check_beam, translate
 from posenc.errors import UserError
-from posenc.runs import trained_with
+from posenc.runs import require_model, trained_with
 
 
 def _existing(path: Path) -> Path:
@@ -33,7 +33,7 @@ def _existing(path: Path) -> Path:
 
 
 def run(args) -> None:
-    cfg = config.load(args.params, "eval", config.EvalConfig)
+    cfg = config.load(args.params, "eval", EvalConfig)
     given = {"beam": args.beam, "lenpen": args.lenpen, "batch_tokens": args.batch_tokens,
              "threads": args.threads}
     for key, value in given.items():  # the options replace the evaluate stage's params
@@ -43,12 +43,14 @@ def run(args) -> None:
     cfg = dataclasses.replace(cfg, **{k: v for k, v in given.items() if v is not None})
     device = runtime.setup(cfg.threads, config.load_value(args.params, "numerics", config.Numerics))
     model_file = Path(args.model)
+    require_model(model_file)
     model = load_model(model_file, device)
     spm = Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock))
     sp = tokens.load_tokenizer(spm)
     if sp.get_piece_size() != model.config.vocab_size:
         raise UserError(f"{spm}: a vocabulary of {sp.get_piece_size()}, but {model_file} was trained with "
                         f"{model.config.vocab_size}; pass the SentencePiece model of its run (--spm)")
+    tokens.check_vocabulary(sp, spm, model.config.vocabulary, model_file)
     check_beam(cfg.beam, model.config.vocab_size, "--beam" if args.beam else f"{args.params}: eval.beam")
     if args.input:
         if not Path(args.input).is_file():

@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from posenc import config, files
+from posenc.decode import EvalConfig
 from posenc.errors import UserError
 
 
@@ -145,13 +146,13 @@ def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None, str
     from posenc.checkpoints import load_model
     from posenc.corpora import SRC
     from posenc.decode import translate
-    from posenc.runs import hypothesis_path
+    from posenc.scoring import hypothesis_path
 
     found = _pinned_command(Path(args.lock), ("evaluate",), args.run, "evaluate")
     if found is None:
         return 0, None, "dvc.lock pins no evaluation of it, so decoding was not compared"
     eargs = found[1]
-    cfg = config.load(root / eargs.params, "eval", config.EvalConfig)
+    cfg = config.load(root / eargs.params, "eval", EvalConfig)
     data = config.load(root / eargs.params, "data", config.DataConfig)
     dev = corpora.get(data.corpus).dev
     hyps_file = hypothesis_path(root / eargs.hyps, dev)

@@ -1,0 +1,179 @@
+"""`posenc pin` (`make pin`): continue the pinning run on this machine, unit by unit.
+
+1. Refuse, before anything runs: uncommitted code or params (a pin is made by committed code), a
+   dvc.lock whose data stages were made under other data or tokenizer params (another profile),
+   and, unless --repin, a dvc.lock whose pinned units the current code or params would all re-pin.
+2. `dvc repro fetch prepare shorten`: the data, byte for byte what dvc.lock records (checked).
+3. Every unit that is not pinned (posenc.pinning: DVC's own answer), JOBS at a time, each unit's
+   stages in order, each as `dvc --wait-for-lock repro --allow-missing --single-item STAGE`
+   (without --single-item two processes would collide on the skipped stages' outputs). A unit
+   whose training is pinned but whose weights are not here, and whose later stages are not
+   pinned, is retrained first (`--force`); dvc.lock then shows whether the bits came out equal.
+4. When every unit is pinned: the aggregates (`dvc repro --allow-missing`), and dvc.lock's stages
+   put in dvc.yaml's order, so that the lock does not depend on the order units finished in.
+
+For each unit it finishes it writes a record (the CPU as lscpu names it, threads, wall time per
+stage) to --records, never into a pinned output; README says from them which CPU made which unit.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from posenc import config, files, numerics, pinning
+from posenc.errors import UserError
+
+COMMITTED = ("src", "dvc.yaml", "params.yaml", "pyproject.toml", "requirements.lock")
+DATA_STAGES = ("fetch", "prepare", "shorten")
+
+
+def check_committed(root: Path) -> None:
+    changed = subprocess.run(["git", "status", "--porcelain", "--", *COMMITTED], cwd=root,
+                             capture_output=True, text=True)
+    if changed.returncode != 0:
+        raise UserError(f"{root}: not a git checkout; the pinning run pins committed code (git clone the project)")
+    lines = changed.stdout.splitlines()
+    if lines:
+        raise UserError(f"{lines[0][3:]}: uncommitted change ({len(lines)} in all); commit or stash it "
+                        f"first: a pin must name the commit whose code made it")
+
+
+def check_profile(root: Path, params: Path, lock: dict) -> None:
+    """The data stages in dvc.lock were made under these data and tokenizer params, or there are
+    none: a lock from another profile would have every unit re-pinned on other data."""
+    raw = config.read_params(params)
+    for stage in DATA_STAGES:
+        recorded = ((lock.get(stage) or {}).get("params") or {}).get(params.name) or {}
+        for key, value in recorded.items():
+            section, _, name = key.partition(".")
+            now = raw.get(section, {}).get(name) if name else raw.get(section)
+            if now != value:
+                raise UserError(f"dvc.lock: {stage} was made with {key} = {value!r}, {params} says {now!r} "
+                                f"(a lock of another profile?); `git checkout dvc.lock params.yaml` "
+                                f"restores the committed pair")
+
+
+def data_outs(lock: dict) -> dict[str, str]:
+    return {out["path"]: out.get("md5") for stage in DATA_STAGES
+            for out in (lock.get(stage) or {}).get("outs", [])}
+
+
+def make_data(root: Path) -> None:
+    """Step 2; the data outputs must be the ones dvc.lock records (else the lock is put back)."""
+    path = root / "dvc.lock"
+    before_text = path.read_text(encoding="utf-8") if path.is_file() else None
+    before = data_outs(pinning.read_lock(root))
+    print("pin: dvc repro fetch prepare shorten", flush=True)
+    pinning.dvc("repro", *DATA_STAGES, root=root)
+    after = data_outs(pinning.read_lock(root))
+    changed = [p for p, md5 in before.items() if after.get(p) != md5]
+    if changed:
+        if before_text is not None:
+            files.write_text(path, before_text)
+        raise UserError(f"{changed[0]}: made again with another md5 than dvc.lock records (dvc.lock put "
+                        f"back); the data differ on this machine: see docs/troubleshooting.md")
+
+
+def cpu_name() -> str:
+    c = numerics.cpu()
+    return f"{c['vendor']} family {c['family']} model {c['model']}"
+
+
+def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None, lock_before: dict,
+             logs: Path, records: Path, threads: dict) -> str:
+    """Run one unit's stages in order; a record when it ends whole. Returns its one-line summary."""
+    log = logs / f"{unit.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    took, start = {}, time.monotonic()
+    with open(log, "a", encoding="utf-8") as out:
+        for stage in todo:
+            command = ["dvc", "--wait-for-lock", "repro", "--allow-missing", "--single-item",
+                       *(["--force"] if stage == force else []), stage]
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            began = time.monotonic()
+            done = subprocess.run(command, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+            took[stage] = round(time.monotonic() - began, 1)
+            if done.returncode != 0:
+                return f"FAILED at {stage} (exit {done.returncode}; {log})"
+    lock = pinning.read_lock(root)
+    record = {"unit": unit.name, "part": unit.part, "cpu": cpu_name(), "threads": threads,
+              "stages_s": took, "wall_s": round(time.monotonic() - start, 1),
+              "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if force:
+        record["retrained"] = {"stage": force, "lock_unchanged": lock.get(force) == lock_before.get(force)}
+    files.write_json(records / f"{unit.name}.json", record)
+    retrained = ""
+    if force:
+        retrained = ", retrained: dvc.lock " + ("unchanged" if record["retrained"]["lock_unchanged"] else "CHANGED")
+    return f"done in {record['wall_s']:,.0f} s{retrained}"
+
+
+def plan(root: Path, st: pinning.State, lock: dict) -> list[tuple[pinning.Unit, list[str], str | None]]:
+    """(unit, the stages to run, the stage to force) for every unit not pinned."""
+    out = []
+    for unit in st.units:
+        if unit.name in st.pinned:
+            continue
+        todo = [s for s in unit.stages if s in st.to_run]
+        force = None
+        train = unit.stages[0]
+        if train not in todo and todo:
+            weights = [root / o["path"] for o in (lock.get(train) or {}).get("outs", [])]
+            if not all(p.exists() for p in weights):
+                force = train
+                todo = [train, *todo]
+        out.append((unit, todo, force))
+    return out
+
+
+def run(args) -> int:
+    root = Path.cwd()
+    if args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: at least 1")
+    params = Path(args.params)
+    check_committed(root)
+    lock = pinning.read_lock(root)
+    check_profile(root, params, lock)
+    make_data(root)
+    lock = pinning.read_lock(root)
+    st = pinning.state(root)
+    stale_pins = sorted(st.stale)
+    if stale_pins and not st.pinned and not args.repin:
+        raise UserError(f"dvc.lock: all {len(stale_pins)} pinned units (first {stale_pins[0]}) are stale "
+                        f"under the current code and params; check `git diff`, or re-pin them all "
+                        f"with `make pin REPIN=1` (posenc pin --repin)")
+    work = plan(root, st, lock)
+    if args.units is not None:
+        work = work[:args.units]
+    threads = {"train": config.load_value(params, "train.threads", config.Positive),
+               "eval": config.load_value(params, "eval.threads", config.Positive)}
+    print(f"pin: {len(st.pinned)} of {len(st.units)} units pinned; running {len(work)}, {args.jobs} at a "
+          f"time, on {cpu_name()} (logs in {args.logs}/)", flush=True)
+    failed = 0
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [(unit, pool.submit(run_unit, root, unit, todo, force, lock, Path(args.logs),
+                                      Path(args.records), threads)) for unit, todo, force in work]
+        for i, (unit, future) in enumerate(futures, 1):
+            said = future.result()
+            failed += said.startswith("FAILED")
+            print(f"pin: [{i}/{len(futures)}] {unit.name}: {said}", flush=True)
+    if failed:
+        print(f"pin: {failed} unit(s) failed; the others are pinned (see the logs)", file=sys.stderr)
+        return 1
+    st = pinning.state(root)
+    left = len(st.units) - len(st.pinned)
+    if left == 0:
+        print("pin: every unit pinned; the aggregates: dvc repro --allow-missing", flush=True)
+        pinning.dvc("repro", "--allow-missing", root=root)
+    pinning.canonical_lock(root)
+    print(f"pin: {len(st.pinned)} of {len(st.units)} units pinned" + (f", {left} left" if left else
+          ", and the aggregates") + "; `posenc pins --stage` stages the whole units for a commit")
+    os.sync()
+    return 0
