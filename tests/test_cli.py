@@ -75,3 +75,25 @@ def test_pip_show_names_the_authors_and_the_licence():
     fields = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     assert fields["Author"] == "The posenc developers"
     assert fields.get("License-Expression") == "MIT", r.stdout
+
+
+def test_a_file_error_says_what_happened_to_the_path_the_user_gave(tmp_path):
+    """Issue 49: every file error read "free the space or lift the limit", and named the temporary
+    file written beside the output instead of the output."""
+    import json
+
+    from posenc import cli
+
+    assert cli.given("/x/.table.md.4242.k3j_9x.tmp") == "/x/table.md" and cli.given("/x/table.md") == "/x/table.md"
+    table = {"table": {"sinusoidal": {"bleu_test_a": {"mean": 1.0}}}, "significance": {},
+             "provenance": {"code_revision": "r", "data_md5_from_dvc_lock": {}}}
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "old.json").write_text(json.dumps(table))
+    (tmp_path / "out.md").mkdir()  # a directory where the output file goes
+    r = subprocess.run([sys.executable, "-m", "posenc", "earlier-runs", "--table", "t.json", "--earlier", "earlier",
+                        "--md", "out.md"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.startswith("posenc earlier-runs: error: out.md: Is a directory; a directory stands where a "
+                               "file is expected; give a file's path"), r.stderr
+    assert "free the space" not in r.stderr

@@ -100,3 +100,29 @@ def test_make_readme_check_names_the_page_with_a_hand_typed_figure(tmp_path):
     (tmp_path / "README.md").write_text("# x\n\nThe table says 8.975 here.\n")
     with pytest.raises(UserError, match=r"README.md: 8.975 typed by hand .*generated block"):
         run(SimpleNamespace(readme=str(tmp_path / "README.md"), check=True))
+
+
+def test_make_readme_writes_every_page_or_none(tmp_path):
+    """A docs page that names a missing file stops `posenc readme` before README is rewritten,
+    and a begin marker without its end is named, with --check too."""
+    from types import SimpleNamespace
+
+    from posenc.readme import run
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/t.md").write_text("| new |\n")
+    readme = "# x\n<!-- begin: results/t.md -->\n| old |\n<!-- end: results/t.md -->\n"
+    (tmp_path / "README.md").write_text(readme)
+    (tmp_path / "docs/a.md").write_text("<!-- begin: results/gone.md -->\n<!-- end: results/gone.md -->\n")
+    with pytest.raises(UserError, match=r"names results/gone.md, which does not exist"):
+        run(SimpleNamespace(readme=str(tmp_path / "README.md"), check=False))
+    assert (tmp_path / "README.md").read_text() == readme
+    (tmp_path / "docs/a.md").write_text("<!-- begin: results/t.md -->\nno end\n")
+    for check in (True, False):
+        with pytest.raises(UserError, match=r"a.md: `<!-- begin: results/t.md -->` has no `<!-- end: results/t.md -->`"):
+            run(SimpleNamespace(readme=str(tmp_path / "README.md"), check=check))
+    assert (tmp_path / "README.md").read_text() == readme
+    (tmp_path / "docs/a.md").write_bytes(b"caf\xe9\n")
+    with pytest.raises(UserError, match=r"a.md: not UTF-8 text"):
+        run(SimpleNamespace(readme=str(tmp_path / "README.md"), check=True))

@@ -53,6 +53,23 @@ def test_a_file_that_is_not_a_table_is_named(tmp_path):
         read_table(tmp_path / "x.json")
 
 
+@pytest.mark.parametrize("change", ["no code_revision", "no seeds", "empty", "a list"])
+def test_a_table_without_what_the_comparison_reads_is_named(tmp_path, change):
+    """Issue 49: tables without code_revision or seeds, or empty, gave a traceback."""
+    t = table({"sinusoidal": 20.0, "rope": 21.0}, {"rope vs sinusoidal": (1.0, 0.01)})
+    if change == "no code_revision":
+        del t["provenance"]["code_revision"]
+    elif change == "no seeds":
+        del t["significance"]["test_a"]["rope vs sinusoidal"]["seeds"]
+    elif change == "empty":
+        t["table"] = {}
+    else:
+        t = [t]
+    (tmp_path / "x.json").write_text(json.dumps(t))
+    with pytest.raises(UserError, match=r"x.json: not a table.json of `posenc report`"):
+        read_table(tmp_path / "x.json")
+
+
 def test_the_command_writes_one_section_per_earlier_run(tmp_path):
     (tmp_path / "earlier").mkdir()
     (tmp_path / "table.json").write_text(json.dumps(table({"sinusoidal": 30.0}, {})))

@@ -105,6 +105,30 @@ def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, longer, var
     assert abs(score([sp.decode(h) for h in theirs], german)["bleu"] - ours_bleu) <= 0.1
 
 
+def test_ctranslate2_gives_the_empty_translation_where_posenc_does(tiny_data):
+    """The tiny profile's 24-update rope model ends its outputs at once (EOS first): CTranslate2
+    offers that hypothesis only with min_decoding_length=0, which posenc.ct2.search passes."""
+    run = tiny_data / "empty-rope"
+    r = posenc("train", "--variant", "rope", "--seed", "1", "--spm", "data/prepared/spm.model",
+               "--arrays", "data/prepared/arrays", "--model", f"{run.name}/model.pt", "--last", f"{run.name}/last.pt",
+               "--train-log", f"{run.name}/t.tsv", "--dev-log", f"{run.name}/d.tsv", "--checkpoints", "ck/empty-rope",
+               "--timings", "logs/empty-rope.json", "--digests", f"{run.name}/g.json",
+               "--highway", f"{run.name}/h.tsv", cwd=tiny_data)
+    assert r.returncode == 0, r.stderr[-2000:]
+    directory = export(tiny_data, run / "model.pt")
+    model = load_model(run / "model.pt", torch.device("cpu"))
+    cfg = config.load(tiny_data / "params.yaml", "eval", EvalConfig)
+    sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
+    english, _ = pairs(tiny_data, SENTENCES)
+    sources = [torch.tensor(ids + [model.config.eos_id]).numpy() for ids in sp.encode(english)]
+    ours = translate(model, sources, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens, progress=False)
+    engine = ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
+    theirs = [[sp.piece_to_id(p) for p in hyp] for hyp in
+              search(engine, sp, sp.encode(english, out_type=str), cfg.beam, cfg.lenpen, cfg.max_len_extra)]
+    assert sum(not h for h in ours) > SENTENCES // 2  # mostly empty translations
+    assert sum(a == b for a, b in zip(ours, theirs)) >= 0.99 * SENTENCES
+
+
 def test_a_variant_ctranslate2_cannot_express_is_refused_in_one_line(tiny_data):
     model = model_of("alibi")
     save_model(tiny_data / "alibi.pt", model.config, model.state_dict())

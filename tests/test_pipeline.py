@@ -208,7 +208,7 @@ def pin_in_pieces(work: Path, tmp_path: Path) -> Path:
     out = sh("make", "--no-print-directory", "pipeline", cwd=clone)
     assert "pin: 2 of 14 units pinned; running 12, 2 at a time" in out, out
     assert "concat-1: done in" in out and "retrained: dvc.lock unchanged" in out, out
-    assert "sinusoidal-1:" not in out and "learned-1:" not in out  # the landed units never run again
+    assert "] sinusoidal-1:" not in out and "] learned-1:" not in out  # the landed units never run again
     after = lock_of(clone)
     for name in landed | {"train@concat-1"}:
         assert after[name] == before[name], name

@@ -308,3 +308,15 @@ def test_the_code_revision_is_the_first_commit_with_the_pinned_sources(tmp_path,
     stages["train@x-1"]["deps"][0]["md5"] = hashlib.md5(b"a = 3\n").hexdigest()
     assert code_revision(stages).startswith("uncommitted")
     assert code_revision({}).startswith("unknown")
+
+
+@pytest.mark.parametrize("text", ["step\tloss\tppl\neight\t1.0\t2.7\n", "step\n8\n"])
+def test_a_dev_log_that_is_not_one_is_named(tmp_path, text):
+    """Issue 49: a dev log with a non-numeric step or a single column gave a traceback."""
+    from posenc.stages.report import read_dev_log
+
+    (tmp_path / "dev_log.tsv").write_text(text)
+    with pytest.raises(UserError, match=r"dev_log.tsv: not a dev log \(step, loss, perplexity per row\)"):
+        read_dev_log(tmp_path / "dev_log.tsv")
+    with pytest.raises(UserError, match=r"gone.tsv: missing"):
+        read_dev_log(tmp_path / "gone.tsv")

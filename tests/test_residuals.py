@@ -11,7 +11,7 @@ import pytest
 from posenc import config, corpora
 from posenc.errors import UserError
 from posenc.stages.residuals import (ResidualStudyConfig, findings, geometric_mean, groups, highway_rows,
-                                     load, markdown, run_dirs, significance, table_rows)
+                                     load, markdown, run_dirs, significance, starts, table_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(40)]
@@ -147,3 +147,31 @@ def test_a_run_is_tabulated_under_its_own_kind_and_depth_or_refused(tmp_path):
     with pytest.raises(UserError, match=r"sinusoidal-1/signatures.json: a run of residual none with 1 layers, "
                                         r"tabulated as sum with 1; re-run its train and evaluate stages"):
         load(dirs)
+
+
+def test_a_highway_log_without_rows_or_with_short_rows_is_one_line(tmp_path):
+    """A seed whose log holds only its header no longer leaves its cell silently."""
+    _write_run(tmp_path / "runs/sinusoidal-1", "sum", 1, 0.9, 0.3, None)
+    log = tmp_path / "runs/sinusoidal-1/highway_log.tsv"
+    dirs = run_dirs([("sum", 1)], (1,), 1, tmp_path / "runs", tmp_path / "residual")
+    log.write_text("step\tpart\tmeasure\tvalue\n")
+    with pytest.raises(UserError, match=r"highway_log.tsv: holds no measurement, only its header"):
+        load(dirs)
+    log.write_text("step\tpart\tmeasure\tvalue\n100\tencoder embeddings\n")
+    with pytest.raises(UserError, match=r"highway_log.tsv: not a highway log"):
+        load(dirs)
+
+
+def test_the_findings_say_how_concats_w_started_as_the_runs_say(study):
+    runs, cells, _ = study
+    rows, hw = table_rows(runs, cells, SEEDS, corpora.get("multi30k")), highway_rows(runs, cells, SEEDS)
+    assert starts(runs) == {1: "identity"}
+    assert "both 1 at the start (`residual_init: identity`)" in findings(rows, {}, hw, cells, corpora.get("multi30k"),
+                                                                         starts(runs))
+    for seed in SEEDS:
+        runs["concat", 1, seed]["init"] = "xavier"
+    said = findings(rows, {}, hw, cells, corpora.get("multi30k"), starts(runs))
+    assert "both drawn at random at the start (`residual_init: xavier`)" in said and "both 1 at the start" not in said
+    runs["concat", 1, SEEDS[0]]["init"] = "identity"
+    with pytest.raises(UserError, match=r"concat at 1 layer: seeds started from identity and xavier W"):
+        starts(runs)

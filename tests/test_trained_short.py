@@ -4,6 +4,7 @@ follow the figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -42,8 +43,10 @@ def _runs(tmp_path: Path, beyond_cut: dict[str, int]) -> tuple[dict, dict, Path]
                 stats = sentence_statistics([hyps[i] for i in idx], [REFS[i] for i in idx]).sum(0)
                 buckets.append({"sources": name, "sentences": len(idx), "bleu": round(corpus_bleu(stats), 2),
                                 "chrf": 50.0, "length_ratio": 1.0, "stopped_within_max_len": 0})
-            (where / "lengths.json").write_text(json.dumps({"buckets": buckets}))
-    return load_runs(tmp_path / "runs", tuple(beyond_cut), SEEDS), sources, raw
+            (where / "lengths.json").write_text(json.dumps({"variant": variant, "seed": seed, "max_len": 6,
+                                                            "buckets": buckets}))
+    short = dataclasses.replace(SHORT, variants=tuple(beyond_cut))
+    return load_runs(tmp_path / "runs", short, SEEDS), sources, raw
 
 
 def test_the_kept_share_and_its_test_against_sinusoidal_and_none(tmp_path):
@@ -107,8 +110,25 @@ def test_runs_of_bleu_zero_within_l_support_no_conclusion(tmp_path):
 
 def test_a_missing_run_and_a_cut_hypothesis_file_are_one_line(tmp_path):
     with pytest.raises(UserError, match=r"sinusoidal-1/lengths.json: missing; run `dvc repro evaluate_short@sinusoidal-1`"):
-        load_runs(tmp_path, ("sinusoidal",), SEEDS)
+        load_runs(tmp_path, dataclasses.replace(SHORT, variants=("sinusoidal",)), SEEDS)
     runs, sources, raw = _runs(tmp_path, {"sinusoidal": 1})
     (tmp_path / "runs/sinusoidal-2/hyps/val.de").write_text("one line\n")
     with pytest.raises(UserError, match=r"val.de: 1 lines for 60 sources; re-run `dvc repro -f evaluate_short@sinusoidal-2`"):
         sentence_sets(runs, sources, raw, SHORT)
+
+
+def test_runs_scored_under_other_buckets_or_another_l_are_refused(tmp_path):
+    """The table's headers come from the params and its cells from lengths.json: the two must
+    have been made under one L and one set of buckets."""
+    _runs(tmp_path, {"sinusoidal": 1})
+    other = dataclasses.replace(SHORT, variants=("sinusoidal",), buckets=(8,))
+    with pytest.raises(UserError, match=r"sinusoidal-1/lengths.json: scored with L = 6 in buckets \['1-6', '7-9', "
+                                        r"'10\+'\], the params say L = 6 in \['1-6', '7-8', '9\+'\]"):
+        load_runs(tmp_path / "runs", other, SEEDS)
+    path = tmp_path / "runs/sinusoidal-1/lengths.json"
+    path.write_text(path.read_text().replace('"seed": 1', '"seed": 2'))
+    with pytest.raises(UserError, match=r"not the lengths of sinusoidal-1"):
+        load_runs(tmp_path / "runs", dataclasses.replace(SHORT, variants=("sinusoidal",)), SEEDS)
+    path.write_text('{"buck')
+    with pytest.raises(UserError, match=r"sinusoidal-1/lengths.json: not valid JSON"):
+        load_runs(tmp_path / "runs", dataclasses.replace(SHORT, variants=("sinusoidal",)), SEEDS)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
+import re
 import sys
 
 from posenc import config, numerics
@@ -209,10 +211,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"posenc {args.stage}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # what the system refused, said as it is, with the fix that fits it
-        where = f"{e.filename}: " if e.filename else ""
+        where = f"{given(e.filename2 or e.filename)}: " if e.filename else ""  # a rename names its target second
         print(f"posenc {args.stage}: error: {where}{e.strerror or e}; {ADVICE.get(e.errno, ADVICE[None])}",
               file=sys.stderr)
         return 2
+
+
+def given(path) -> str:
+    """The path the user gave, where the system named the temporary file written beside it
+    (posenc.files.write_bytes: .<name>.<pid>.<random>.tmp)."""
+    temporary = re.fullmatch(r"\.(.+)\.\d+\.[^.]+\.tmp", os.path.basename(str(path)))
+    return os.path.join(os.path.dirname(str(path)), temporary[1]) if temporary else str(path)
 
 
 ADVICE = {errno.ENOENT: "check the path (a stage's input is made by the stage before it: `dvc repro`)",

@@ -148,6 +148,9 @@ def search(translator, sp, sources: list[list[str]], beam: int, lenpen: float,
         results = translator.translate_batch([sources[i] for i in idx], beam_size=beam, length_penalty=0,
                                              num_hypotheses=beam, return_scores=True,
                                              max_decoding_length=n + max_len_extra,
+                                             # EOS first is a hypothesis of posenc's search too (the
+                                             # empty translation); CTranslate2 offers it only at 0
+                                             min_decoding_length=0,
                                              suppress_sequences=never, max_batch_size=64)
         for i, r in zip(idx, results):
             # a hypothesis of the limit's length was stopped there without EOS (its score lacks

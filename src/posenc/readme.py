@@ -41,14 +41,32 @@ CONVENTIONS = {"0.05": "the significance level of a 95% interval",
                "1.15": "the cost of portable numerics over native that their goal allows"}
 
 
+BEGIN = re.compile(r"<!-- begin: ([^ ]+) -->")
+
+
+def check_markers(path: Path, text: str) -> None:
+    """Every begin marker has its end: one without would leave its block unfilled and unchecked."""
+    closed = {m["path"] for m in BLOCK.finditer(text)}
+    lone = next((m[1] for m in BEGIN.finditer(text) if m[1] not in closed), None)
+    if lone:
+        raise UserError(f"{path}: `<!-- begin: {lone} -->` has no `<!-- end: {lone} -->`; add it after the block")
+
+
 def sync(text: str, root: Path) -> str:
     def fill(match: re.Match) -> str:
         source = root / match["path"]
         if not source.is_file():
             raise UserError(f"a page names {match['path']}, which does not exist; run `dvc repro` (a "
                             "pipeline output) or benchmarks/record.py (a measurement, docs/performance.md)")
-        return match[1] + source.read_text(encoding="utf-8") + match[4]
+        return match[1] + _read(source) + match[4]
     return BLOCK.sub(fill, text)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text; make it again (or save it as UTF-8)") from None
 
 
 def _numbers(text: str) -> set[Decimal]:
@@ -59,7 +77,7 @@ def allowed(root: Path, texts: list[str]) -> set[Decimal]:
     """Every number of the files the pages' blocks name, and of the settings."""
     sources = {root / m["path"] for text in texts for m in BLOCK.finditer(text)}
     sources |= {f for pattern in SETTINGS for f in root.glob(pattern)}
-    found = set().union(*(_numbers(f.read_text(encoding="utf-8")) for f in sources if f.is_file()))
+    found = set().union(*(_numbers(_read(f)) for f in sources if f.is_file()))
     return found | _numbers(" ".join(CONVENTIONS))
 
 
@@ -79,20 +97,23 @@ def pages(readme: Path) -> list[Path]:
 
 def run(args) -> int:
     root = Path(args.readme).parent
-    stale, blocks = [], 0
-    texts = {path: path.read_text(encoding="utf-8") for path in pages(Path(args.readme))}
+    blocks = 0
+    texts = {path: _read(path) for path in pages(Path(args.readme))}
     numbers = allowed(root, list(texts.values()))
+    # every page checked and filled before any is written: never README rewritten and a page failed
+    updated = {}
     for path, text in texts.items():
+        check_markers(path, text)
         typed = hand_typed(text, numbers)
         if typed:
             raise UserError(f"{path}: {', '.join(typed[:5])} typed by hand (no generated file or setting "
                             "carries them); show the figure through a generated block, or say it in words")
-        updated = sync(text, root)
+        updated[path] = sync(text, root)
         blocks += len(BLOCK.findall(text))
-        if updated != text:
-            stale.append(path)
-            if not args.check:
-                files.write_text(path, updated)
+    stale = [path for path, text in texts.items() if updated[path] != text]
+    if not args.check:
+        for path in stale:
+            files.write_text(path, updated[path])
     if args.check:
         if stale:
             raise UserError(f"{stale[0]}: generated blocks are out of date; run `make readme`")

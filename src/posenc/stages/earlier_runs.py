@@ -25,7 +25,13 @@ def read_table(path: Path) -> dict:
     try:
         table = json.loads(path.read_text(encoding="utf-8"))
         table["table"], table["significance"], table["provenance"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        table["provenance"]["code_revision"]
+        if not table["table"]:
+            raise KeyError("table: empty")
+        if not all(isinstance(c["seeds"]["delta"], (int, float)) for comparisons in table["significance"].values()
+                   for c in comparisons.values()):
+            raise TypeError("seeds: delta")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"{path}: not a table.json of `posenc report` ({e}); copy one from the run's "
                         "revision: git show <revision>:results/table.json") from None
     return table

@@ -59,9 +59,9 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
     for v in variants:
         for s in seeds:
             where = result_dir(runs_dir, v, s)
-            metrics = {**json.loads((where / METRICS).read_text(encoding="utf-8")),
-                       **json.loads((where / SCORES).read_text(encoding="utf-8"))}
-            signatures = json.loads((where / SIGNATURES).read_text(encoding="utf-8"))
+            again = f"`dvc repro -f evaluate@{run_name(v, s)}` writes it again"
+            metrics = {**_mapping(where / METRICS, again), **_mapping(where / SCORES, again)}
+            signatures = _mapping(where / SIGNATURES, again)
             try:
                 scores = {m: {split: metrics[f"{m}_{split}"] for split in corpus.scored} for m in MEASURES}
             except KeyError as e:
@@ -69,7 +69,8 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
                                 f"evaluate stage: run `dvc repro evaluate`") from None
             runs.append({"variant": v, "seed": s, "parameters": metrics["parameters"],
                          "dev_ppl": metrics["dev_ppl"], "signature": signatures, "hyps": where / HYPS,
-                         "extrapolation": json.loads((where / EXTRAPOLATION).read_text(encoding="utf-8")),
+                         "extrapolation": _mapping(where / EXTRAPOLATION,
+                                                   f"`dvc repro -f extrapolate@{run_name(v, s)}` writes it again"),
                          **scores})
     return runs
 
@@ -610,9 +611,24 @@ def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
     save_figure(fig, path)
 
 
+def _mapping(path: Path, fix: str) -> dict:
+    """A JSON object a stage wrote; anything else is one line naming the file and `fix`."""
+    got = files.read_json(path, fix)
+    if not isinstance(got, dict):
+        raise UserError(f"{path}: not the JSON object its stage writes; {fix}")
+    return got
+
+
 def read_dev_log(path: Path) -> list[tuple[int, float]]:
-    rows = files.read_lines(path)[1:]
-    return [(int(r.split("\t")[0]), float(r.split("\t")[2])) for r in rows]
+    """(update, dev perplexity) rows of a run's dev log (step, loss, perplexity, ...)."""
+    try:
+        rows = files.read_lines(path)[1:]
+        return [(int(r.split("\t")[0]), float(r.split("\t")[2])) for r in rows]
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing; the run's train stage writes it (`dvc repro` of that run)") from None
+    except (ValueError, IndexError, UnicodeDecodeError):
+        raise UserError(f"{path}: not a dev log (step, loss, perplexity per row); its train stage writes it "
+                        f"again (`dvc repro -f` of that run)") from None
 
 
 def run(args) -> None:

@@ -93,7 +93,15 @@ def read_highway(path: Path) -> list[tuple[int, str, str, float]]:
     if not path.is_file():
         raise UserError(f"{path}: missing; the run's train stage writes it (`dvc repro` of that run)")
     rows = [line.split("\t") for line in files.read_lines(path)[1:]]
-    return [(int(step), part, measure, float(value)) for step, part, measure, value in rows]
+    try:
+        parsed = [(int(step), part, measure, float(value)) for step, part, measure, value in rows]
+    except ValueError:  # a short row, or a step or value that is not a number
+        raise UserError(f"{path}: not a highway log (rows of step, part, measure, value); its train "
+                        f"stage writes it again (`dvc repro -f` of that run)") from None
+    if not parsed:  # a seed without rows would silently leave its cell
+        raise UserError(f"{path}: holds no measurement, only its header; its train stage writes it "
+                        f"again (`dvc repro -f` of that run)")
+    return parsed
 
 
 def load(dirs: dict) -> dict:
@@ -108,9 +116,10 @@ def load(dirs: dict) -> dict:
             raise UserError(f"{where / SIGNATURES}: a run of residual {made[0] if made else '?'} with "
                             f"{made[1] if made else '?'} layers, tabulated as {kind} with {depth}; "
                             f"re-run its train and evaluate stages under the current params")
-        metrics = {**json.loads((where / METRICS).read_text(encoding="utf-8")),
-                   **json.loads((where / SCORES).read_text(encoding="utf-8"))}
-        out[key] = {"metrics": metrics, "highway": read_highway(where / HIGHWAY), "hyps": where / HYPS}
+        again = "its evaluate stage writes it again (`dvc repro -f`)"
+        metrics = {**files.read_json(where / METRICS, again), **files.read_json(where / SCORES, again)}
+        out[key] = {"metrics": metrics, "highway": read_highway(where / HIGHWAY), "hyps": where / HYPS,
+                    "init": signature.get("residual_init", "identity")}
     return out
 
 
@@ -225,8 +234,22 @@ def markdown(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
     return "\n".join(lines) + "\n"
 
 
+def starts(runs: dict) -> dict[int, str]:
+    """{depth: how concat's W started there (`residual_init`)}, as the runs themselves say; the
+    seeds of one depth must agree."""
+    out: dict[int, set] = {}
+    for (kind, depth, _), run in runs.items():
+        if kind == "concat":
+            out.setdefault(depth, set()).add(run["init"])
+    mixed = next((d for d, inits in out.items() if len(inits) > 1), None)
+    if mixed is not None:
+        raise UserError(f"concat at {layers_text(mixed)}: seeds started from {' and '.join(sorted(out[mixed]))} "
+                        f"W (model.residual_init); re-run them under one setting")
+    return {d: inits.pop() for d, inits in out.items()}
+
+
 def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str, int]],
-             corpus: corpora.Corpus) -> str:
+             corpus: corpora.Corpus, init: dict[int, str] | None = None) -> str:
     """What the figures support, conjecture by conjecture, each with its figure: generated, so that
     no conclusion outlives the numbers it rests on."""
     depths = sorted({d for _, d in cells})
@@ -299,8 +322,9 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
         if w_x:
             lines += [f"**3. Does `concat` keep an identity path?** At {layers_text(depth)}, W's half acting on x "
                       f"ends at norm {statistics.fmean(w_x):.3g} (sub-layers {min(w_x):.3g}-{max(w_x):.3g}) "
-                      f"and its half acting on f(x) at {statistics.fmean(w_f):.3g}, both 1 at the start "
-                      "(`residual_init`, README): "
+                      f"and its half acting on f(x) at {statistics.fmean(w_f):.3g}, "
+                      + ("both 1 at the start (`residual_init: identity`): " if (init or {}).get(depth, "identity")
+                         == "identity" else "both drawn at random at the start (`residual_init: xavier`): ")
                       + ("it weighs x at least as much as f(x), keeping the path." if statistics.fmean(w_x) >= statistics.fmean(w_f)
                          else "it weighs f(x) more than x."), ""]
     # 4. quality against sum, seed-aware
@@ -373,5 +397,5 @@ def run(args) -> None:
     files.write_text(args.highway_csv, to_csv(hw, ["kind", "layers", "step", "part", "measure", "value", "seeds"]))
     files.write_json(args.table_json, {"table": rows, "significance": sig})
     files.write_text(args.table_md, markdown(rows, sig, hw, cells, seeds, corpus))
-    files.write_text(args.findings_md, findings(rows, sig, hw, cells, corpus))
+    files.write_text(args.findings_md, findings(rows, sig, hw, cells, corpus, starts(runs)))
     print(f"residuals: {len(cells)} cells x {len(seeds)} seeds -> {args.table_md}")

@@ -12,13 +12,12 @@ the hypotheses from each run's saved files, the references untouched.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 
 from posenc import config, corpora, files, tokens
-from posenc.buckets import ShortTrainingConfig, bucket_bounds, by_bucket
+from posenc.buckets import ShortTrainingConfig, bucket_bounds, bucket_name, by_bucket
 from posenc.corpora import SRC, TGT
 from posenc.errors import UserError
 from posenc.figures import STYLE, pyplot, save_figure, style
@@ -32,15 +31,24 @@ LENGTHS = "lengths.json"  # the lengths stage's, per run
 REFERENCES = ("sinusoidal", "none")  # what each variant's kept share is tested against
 
 
-def load_runs(short_runs: Path, variants: tuple[str, ...], seeds: tuple[int, ...]) -> dict:
-    """{(variant, seed): {"lengths": lengths.json, "hyps": its hypotheses directory}}."""
+def load_runs(short_runs: Path, short: ShortTrainingConfig, seeds: tuple[int, ...]) -> dict:
+    """{(variant, seed): {"lengths": lengths.json, "hyps": its hypotheses directory}}. A run scored
+    under another L or other buckets than `short`'s, or a file of another run, is refused: the
+    table's headers come from the params, its cells from the runs."""
+    names = [bucket_name(low, high) for low, high in bucket_bounds(short.max_len, short.buckets)]
     out = {}
-    for v in variants:
+    for v in short.variants:
         for s in seeds:
             where = Path(short_runs) / run_name(v, s)
-            if not (where / LENGTHS).is_file():
-                raise UserError(f"{where / LENGTHS}: missing; run `dvc repro evaluate_short@{run_name(v, s)}`")
-            out[v, s] = {"lengths": json.loads((where / LENGTHS).read_text(encoding="utf-8")), "hyps": where / HYPS}
+            stage = f"evaluate_short@{run_name(v, s)}"
+            got = files.read_json(where / LENGTHS, f"run `dvc repro {stage}`")
+            made = [b.get("sources") for b in got.get("buckets", [])] if isinstance(got, dict) else None
+            if made is None or got.get("variant", v) != v or got.get("seed", s) != s:
+                raise UserError(f"{where / LENGTHS}: not the lengths of {run_name(v, s)}; `dvc repro -f {stage}`")
+            if got.get("max_len", short.max_len) != short.max_len or made != names:
+                raise UserError(f"{where / LENGTHS}: scored with L = {got.get('max_len')} in buckets {made}, "
+                                f"the params say L = {short.max_len} in {names}; `dvc repro {stage}` scores it again")
+            out[v, s] = {"lengths": got, "hyps": where / HYPS}
     return out
 
 
@@ -231,7 +239,13 @@ def run(args) -> None:
                for split in corpus.scored}
     targets = [len(t) for split in corpus.scored
                for t in tokens.load(tokens.array_path(Path(args.arrays), split, TGT), eos)[:limit]]
-    runs = load_runs(Path(args.short_runs), short.variants, seeds)
+    if len(set(short.variants)) < len(short.variants):
+        raise UserError(f"{args.params}: short_training.variants lists a variant twice ({list(short.variants)}); "
+                        f"list each once")
+    if short.max_len >= data.max_len:
+        raise UserError(f"{args.params}: short_training.max_len {short.max_len} is not below data.max_len "
+                        f"{data.max_len}: no training pair is longer, so nothing is trained short; lower it")
+    runs = load_runs(Path(args.short_runs), short, seeds)
     sets, buckets = sentence_sets(runs, sources, Path(args.raw), short)
     refs = reference_stops(targets, buckets, short.max_len)
     rows = table_rows(runs, sets, short.variants, seeds)

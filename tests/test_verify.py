@@ -1,0 +1,132 @@
+"""`posenc verify` on what a user may hand it: every form of a run's name, a lock or a pinned file
+that is corrupt or edited (one line each, naming the file and the fix), and an edit named as the
+cause before the CPU is blamed. Its verdict on real pins is tests/test_portable.py's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from conftest import MIRROR, posenc
+import subprocess
+import sys
+
+RUN = "sinusoidal-1"
+CMD = (f"python -m posenc train --variant sinusoidal --seed 1 --spm data/prepared/spm.model "
+       f"--arrays data/prepared/arrays --model vpins/{RUN}/model.pt --last vpins/{RUN}/last.pt "
+       f"--train-log vpins/{RUN}/train_log.tsv --dev-log vpins/{RUN}/dev_log.tsv "
+       f"--checkpoints checkpoints/v{RUN} --timings logs/vpins-{RUN}.json --digests vpins/{RUN}/digests.json "
+       f"--highway vpins/{RUN}/highway_log.tsv")
+
+
+@pytest.fixture(scope="module")
+def pinned(tiny_data):
+    """A tiny run trained as dvc.lock's command says, and the lock's text for it."""
+    if not (tiny_data / f"vpins/{RUN}/digests.json").is_file():
+        r = subprocess.run([sys.executable, *CMD.split()[1:]], cwd=tiny_data, capture_output=True, text=True,
+                           env={**os.environ, "POSENC_DATA_MIRROR": str(MIRROR)})
+        assert r.returncode == 0, r.stderr[-2000:]
+    digests = tiny_data / f"vpins/{RUN}/digests.json"
+    md5 = hashlib.md5(digests.read_bytes()).hexdigest()
+    return (f"schema: '2.0'\nstages:\n  train@{RUN}:\n    cmd: {CMD}\n    params:\n      params.yaml:\n"
+            f"        train.lr_scale: 1.0\n    outs:\n    - path: vpins/{RUN}/digests.json\n      md5: {md5}\n")
+
+
+def verify(work, *args):
+    return posenc("verify", *args, "--sentences", "0", cwd=work)
+
+
+def one_line(r) -> str:
+    assert r.returncode == 2, r.stdout + r.stderr
+    # what verify itself says: one line, and no warning (the retraining's progress bars aside)
+    lines = [line for line in r.stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+    assert len(lines) == 1 and lines[0].startswith("posenc verify: error: "), r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("text, said", [
+    ("stages: [unclosed\n", "v.lock: not a DVC lock file (ParserError)"),
+    ("- a\n- b\n", "v.lock: no mapping of stages"),
+    ("stages: 5\n", "v.lock: no mapping of stages"),
+    (f"stages:\n  train@{RUN}:\n    deps: []\n", f"v.lock: train@{RUN}'s cmd runs no `posenc train`"),
+    (f"stages:\n  train@{RUN}:\n    cmd: echo hello\n", f"v.lock: train@{RUN}'s cmd runs no `posenc train`"),
+    (f"stages:\n  train@{RUN}:\n    cmd: python -m posenc train --variant 'sin\n",
+     f"v.lock: train@{RUN}'s cmd is not a command line (No closing quotation)"),
+])
+def test_a_corrupt_lock_is_one_line(tiny_data, text, said):
+    (tiny_data / "v.lock").write_text(text)
+    line = one_line(verify(tiny_data, RUN, "--lock", "v.lock"))
+    assert said in line and "`git checkout dvc.lock` restores the committed one" in line, line
+
+
+def test_a_lock_that_is_not_utf8_is_one_line(tiny_data):
+    (tiny_data / "v.lock").write_bytes(b"stages:\n  caf\xe9: 1\n")
+    assert "v.lock: not a DVC lock file (UnicodeDecodeError)" in one_line(verify(tiny_data, RUN, "--lock", "v.lock"))
+
+
+@pytest.mark.parametrize("content, said", [
+    ('{"checkpoints": [', "not valid JSON"), ("", "not valid JSON"), ("[]", "not the digests train writes"),
+    ('{"checkpoints": [{"step": 8, "sha256": "x"}]}', "not the digests train writes"),
+    ('{"checkpoints": [{"step": 8, "sha256": "x"}], "numerics": {"mode": "fast"}}', "not the digests train writes"),
+])
+def test_corrupt_digests_are_one_line(tiny_data, pinned, content, said):
+    (tiny_data / "v.lock").write_text(pinned.replace(f"vpins/{RUN}/digests.json", "vpins/bad-digests.json"))
+    (tiny_data / "vpins/bad-digests.json").write_text(content)
+    line = one_line(verify(tiny_data, RUN, "--lock", "v.lock"))
+    assert f"vpins/bad-digests.json: {said}" in line and "git checkout" in line, line
+
+
+@pytest.mark.parametrize("name", [RUN, f"train@{RUN}", f"evaluate@{RUN}", f"measure@{RUN}"])
+def test_every_form_of_a_runs_name_finds_its_pins(tiny_data, pinned, name):
+    (tiny_data / "v.lock").write_text(pinned)
+    r = verify(tiny_data, name, "--lock", "v.lock")
+    assert r.returncode == 0 and r.stdout.startswith(f"verify: this machine reproduces the pinned bits of {name}"), (
+        r.stdout + r.stderr[-2000:])
+
+
+def test_the_residual_and_short_forms_name_their_own_training(tiny_data):
+    (tiny_data / "v.lock").write_text("stages:\n  train_residual@concat-1-1:\n    cmd: python -m posenc train "
+                                      "--variant sinusoidal --seed 1\n  train_short@rope-2:\n    cmd: python -m "
+                                      "posenc train --variant rope --seed 2\n")
+    for name in ("concat-1-1", "residual-concat-1-1", "train_residual@concat-1-1", "evaluate_residual@concat-1-1"):
+        assert "v.lock: train_residual@concat-1-1 was pinned before posenc recorded digests" in one_line(
+            verify(tiny_data, name, "--lock", "v.lock")), name
+    for name in ("short-rope-2", "train_short@rope-2", "evaluate_short@rope-2"):
+        assert "v.lock: train_short@rope-2 was pinned before" in one_line(verify(tiny_data, name, "--lock", "v.lock"))
+
+
+def test_an_edited_digest_and_an_edited_param_are_named_before_the_cpu(tiny_data, pinned, tmp_path):
+    digests = tiny_data / f"vpins/{RUN}/digests.json"
+    original = digests.read_text()
+    edited = json.loads(original)
+    edited["checkpoints"][0]["sha256"] = "0" * 64
+    params = (tiny_data / "params.yaml").read_text()
+    try:
+        digests.write_text(json.dumps(edited))
+        (tiny_data / "params.yaml").write_text(params.replace("lr_scale: 1.0", "lr_scale: 1.5", 1))
+        (tiny_data / "v.lock").write_text(pinned)
+        r = verify(tiny_data, RUN, "--lock", "v.lock")
+        assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+        cause = r.stdout.split("likely cause: ", 1)[1]
+        assert cause.startswith(f"params.yaml's train.lr_scale is 1.5 here, 1.0 in dvc.lock's train@{RUN} "
+                                f"(`git checkout params.yaml`); vpins/{RUN}/digests.json is not the file "
+                                f"dvc.lock's train@{RUN} records"), cause
+        assert "the CPU's arithmetic" not in cause
+    finally:
+        digests.write_text(original)
+        (tiny_data / "params.yaml").write_text(params)
+
+
+def test_a_dev_log_with_a_non_numeric_step_is_one_line(tiny_data, pinned):
+    dev_log = tiny_data / f"vpins/{RUN}/dev_log.tsv"
+    original = dev_log.read_text()
+    try:
+        dev_log.write_text(original + "eight\t1.0\t2.0\n")
+        (tiny_data / "v.lock").write_text(pinned)
+        line = one_line(verify(tiny_data, RUN, "--lock", "v.lock"))
+        assert f"vpins/{RUN}/dev_log.tsv: a row whose step is not a number ('eight')" in line
+    finally:
+        dev_log.write_text(original)
