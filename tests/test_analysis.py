@@ -133,3 +133,22 @@ def test_the_aggregate_reads_each_runs_own_measurements_and_refuses_a_foreign_fi
         read_measures(tmp_path, ("sinusoidal", "rope"), (1,))
     with pytest.raises(UserError, match=r"alibi-1/analysis.json: missing; `dvc repro measure@alibi-1` writes it"):
         read_measures(tmp_path, ("alibi",), (1,))
+
+
+def test_the_word_order_findings_say_when_reversal_costs_far_less_than_shuffling():
+    """Issue 51: ALiBi's symmetric encoder bias keeps every distance of a reversed sentence; the
+    findings read that off the numbers (not the variant's name)."""
+    from posenc.stages.analyze import markdown
+
+    a = {"seeds": [1], "longest_training_sentence": 40, "position_variance": {}, "subspace_angles": {},
+         "logit_terms": {}, "where_position": {"alibi": "self-attention", "rope": "self-attention",
+                                                "none": "nowhere (the decoder's causal mask only)"},
+         "distance_share": {v: {"mean": 0.5, "per_head": [0.5]} for v in ("alibi", "rope", "none")},
+         "word_order_bleu": {"alibi": {"original": 30.0, "shuffled": 10.0, "reversed": 28.0},
+                             "rope": {"original": 30.0, "shuffled": 10.0, "reversed": 12.0},
+                             "none": {"original": 20.0, "shuffled": 20.0, "reversed": 20.0}}}
+    text = markdown(a, (0.9,))
+    assert ("- alibi: shuffling the source costs 20.00 BLEU, reversing it 2.00: reading the source backwards "
+            "costs less than half of that") in text
+    assert "- rope: shuffling the source costs 20.00 BLEU, reversing it 18.00.\n" in text
+    assert "- none: shuffling the source costs 0.00 BLEU, reversing it 0.00 (its encoder sees a bag of words" in text

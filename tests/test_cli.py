@@ -97,3 +97,14 @@ def test_a_file_error_says_what_happened_to_the_path_the_user_gave(tmp_path):
     assert r.stderr.startswith("posenc earlier-runs: error: out.md: Is a directory; a directory stands where a "
                                "file is expected; give a file's path"), r.stderr
     assert "free the space" not in r.stderr
+
+
+def test_every_help_fits_a_terminal():
+    """Issue 51: `posenc --help` had a 133-column line. Each command's help fits 120 columns."""
+    from posenc.cli import STAGES, TOOLS
+
+    for command in ([], *([c] for c in (*STAGES, *TOOLS))):
+        r = posenc(*command, "--help")
+        assert r.returncode == 0, command
+        wide = [line for line in r.stdout.splitlines() if len(line) > 120]
+        assert not wide, (command, wide[0])

@@ -126,3 +126,38 @@ def test_make_readme_writes_every_page_or_none(tmp_path):
     (tmp_path / "docs/a.md").write_bytes(b"caf\xe9\n")
     with pytest.raises(UserError, match=r"a.md: not UTF-8 text"):
         run(SimpleNamespace(readme=str(tmp_path / "README.md"), check=True))
+
+
+def headings() -> set[str]:
+    return {line.lstrip("#").strip() for page in pages(ROOT / "README.md")
+            for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#") and " " in line}
+
+
+REFERENCE = r"README(?:\.md)?, [\"“]?([A-Z][^)\"”;:]*?)[\"”]?(?:\)|$|;|:)"
+PAGE = r"docs/([\w-]+\.md)"
+
+
+def test_every_reference_to_a_section_or_a_page_resolves():
+    """Comments and help texts say "README, <section>" (a heading of README or of a docs page, as
+    README's Documentation section says) or name a docs page: each must exist, in the code, the
+    params files, dvc.yaml, the Makefile, CITATION.cff and `posenc --help`."""
+    import re
+    import subprocess
+    import sys
+
+    sources = [*ROOT.glob("src/posenc/**/*.py"), *ROOT.glob("benchmarks/*.py"), ROOT / "params.yaml",
+               *ROOT.glob("profiles/*.yaml"), ROOT / "dvc.yaml", ROOT / "Makefile", ROOT / "CITATION.cff"]
+    texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sources}
+    texts["posenc --help"] = subprocess.run([sys.executable, "-m", "posenc", "--help"], capture_output=True,
+                                            text=True).stdout
+    known, bad, checked = headings(), [], 0
+    for where, text in texts.items():
+        for section in re.findall(REFERENCE, text, re.M):
+            checked += 1
+            if not any(h == section or h.startswith(section) for h in known):
+                bad.append(f"{where}: README, {section}")
+        for page in re.findall(PAGE, text):
+            checked += 1
+            if not (ROOT / "docs" / page).is_file():
+                bad.append(f"{where}: docs/{page}")
+    assert checked > 20 and not bad, bad

@@ -6,7 +6,7 @@ its beam search gives posenc's hypotheses wherever posenc's ends before the leng
 
 from __future__ import annotations
 
-import ctranslate2  # the export extra (pip install 'posenc[export]'); requirements.lock has it
+import ctranslate2  # the export extra (pip install -e '.[export]'); requirements.lock has it
 import pytest
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ SENTENCES = 100  # val sentences decoded by both searches
 def export(work, model_file):
     """`posenc export` of `model_file` into ct2/ beside it; that directory."""
     r = posenc("export", "--model", str(model_file.relative_to(work)), "--spm", "data/prepared/spm.model",
-               "--out", str(model_file.parent.relative_to(work) / "ct2"), cwd=work)
+               "--out", str(model_file.parent.relative_to(work) / "ct2"), "--force", cwd=work)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith(f"export: {model_file.relative_to(work)} (")
     return model_file.parent / "ct2"
@@ -148,3 +148,38 @@ def test_a_residual_other_than_the_sum_is_refused_in_one_line(tiny_data):
     assert r.stderr.strip() == ("posenc export: error: model.residual concat: CTranslate2's layers add their "
                                 "input to their output (x + f(x)), so only the summed residual can be expressed")
     assert not (tiny_data / "concat-ct2").exists()
+
+
+def test_an_existing_out_needs_force_and_the_model_has_the_usual_mode(tiny_data, tiny_model):
+    """As CTranslate2's converters: an existing model directory is replaced only with --force;
+    the directory gets the usual mode (mkdtemp makes 0700)."""
+    directory = export(tiny_data, tiny_model)
+    assert directory.stat().st_mode & 0o777 == 0o777 & ~_umask()
+    r = posenc("export", "--model", str(tiny_model.relative_to(tiny_data)), "--spm", "data/prepared/spm.model",
+               "--out", str(directory.relative_to(tiny_data)), cwd=tiny_data)
+    assert r.returncode == 2 and r.stderr.strip().endswith("ct2: exists; pass --force to replace it, or name another --out")
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_the_loading_snippet_of_the_docs_runs_on_an_exported_model(tiny_data, tiny_model):
+    import re
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    text = (ROOT / "docs/translating.md").read_text(encoding="utf-8")
+    snippet = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    directory = export(tiny_data, tiny_model)
+    assert 'directory = "deploy/sinusoidal-1"' in snippet
+    code = snippet.replace('directory = "deploy/sinusoidal-1"', f"directory = {str(directory)!r}")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(r.stdout.splitlines()) == 1  # one translation, empty or not

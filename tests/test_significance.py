@@ -77,3 +77,17 @@ def test_paired_bootstrap_separates_a_better_system_from_a_copy():
     assert result["close"]["ci"] > 0 and abs(result["close"]["mean"] - result["close"]["bleu"]) < result["close"]["ci"]
     again = paired_bootstrap(("base", weak), systems, REFS, samples=200, seed=12345)
     assert again == result  # a fixed seed gives the same confidence intervals
+
+
+def test_no_resample_across_zero_gives_the_floor_of_the_resampling_not_zero():
+    """Issue 51: a p of 0 printed as "p < 0.001" claimed more than 1,000 resamples can show; the
+    two-sided p counts (k + 1) / (B + 1) on the smaller side, so its floor is 2 / (B + 1)."""
+    from posenc.tables import floor, p_is
+
+    base = [sentence_statistics(degraded(0.3, s), REFS) for s in (1, 2, 3)]
+    better = [sentence_statistics(degraded(1.0, s), REFS) for s in (4, 5, 6)]
+    result = seed_bootstrap(base, better, 1000, 0)
+    assert result["delta"] > 0 and result["p"] == round(floor(1000), 4) == 0.002
+    assert p_is(result["p"], 1000) == "p ≤ 0.002 (B = 1,000)"
+    assert holm({"a": result["p"], "b": 0.3}) == {"a": 0.004, "b": 0.3}  # Holm multiplies the bound
+    assert p_is(0.12, 1000) == "p = 0.12"

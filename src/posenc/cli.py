@@ -104,9 +104,10 @@ COMPUTES = {"train", "evaluate", "extrapolate", "lengths", "measure", "translate
 
 DESCRIPTION = """\
 Sum, concatenate or drop the positional encoding? The stages of a DVC pipeline that trains the
-Transformer of Vaswani et al. 2017 with each positional variant (sinusoidal, learned, concat and its
-control sinusoidal_narrow, none, rope, alibi, relative) and scores it. `dvc repro` (or `make repro`) runs the stages in order, with
-the paths and params of dvc.yaml and params.yaml; `posenc translate` translates your own sentences."""
+Transformer of Vaswani et al. 2017 with each positional variant (sinusoidal, learned, concat and
+its control sinusoidal_narrow, none, rope, alibi, relative) and scores it. `make pin` (or `dvc
+repro`) runs the stages in order, with the paths and params of dvc.yaml and params.yaml;
+`posenc translate` translates your own sentences."""
 EPILOG = "examples:\n  dvc repro\n  echo 'A man rides a horse.' | posenc translate --model models/sinusoidal-1/model.pt"
 
 
@@ -155,12 +156,13 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--sentences", type=int, default=20, help="dev sentences to re-decode (default 20; 0: none)")
     v.add_argument("--numerics", choices=["portable", "native"],
                    help="compute in this mode instead of the one the run recorded (to see a mismatch)")
-    e = sub.add_parser("export", help="write a trained model as a CTranslate2 model (pip install 'posenc[export]')",
+    e = sub.add_parser("export", help="write a trained model as a CTranslate2 model (pip install -e '.[export]')",
                        description="Write a trained model as a CTranslate2 TransformerSpec model directory, "
                        "with its SentencePiece model beside it as spm.model, for every variant "
                        "CTranslate2 can express (all but alibi).")
     e.add_argument("--model", required=True, help="a trained model, e.g. models/sinusoidal-1/model.pt")
-    e.add_argument("--out", required=True, help="directory to write (replaced if it exists)")
+    e.add_argument("--out", required=True, help="directory to write (an existing one only with --force)")
+    e.add_argument("--force", action="store_true", help="replace --out if it holds an exported model")
     e.add_argument("--spm", help="SentencePiece model (default: the one dvc.lock records for --model)")
     e.add_argument("--lock", default="dvc.lock", help="dvc.lock, to find --model's SentencePiece model")
     e.add_argument("--positions", type=int, default=1024, help="rows of the exported sinusoid table: "
@@ -190,8 +192,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--node-modules", default="node_modules", help="where npm installed vega, vega-lite and vega-embed "
                    "(default node_modules)")
     g.add_argument("--out", default="build/offline-plots.html", help="the template to write (default build/offline-plots.html)")
-    r = sub.add_parser("readme", help="copy the generated result blocks into README.md")
-    r.add_argument("--readme", default="README.md")
+    r = sub.add_parser("readme", help="copy the generated blocks into README.md and the pages of docs/",
+                       description="Copy each generated file into README.md and docs/*.md between its "
+                       "markers, and check that no figure of their prose is typed by hand.")
+    r.add_argument("--readme", default="README.md", help="README.md; the pages of docs/ beside it too "
+                   "(default README.md)")
     r.add_argument("--check", action="store_true", help="fail if README.md is out of date")
     return p
 

@@ -1,7 +1,7 @@
 """CTranslate2, the engine MT users deploy with: a posenc model as its `TransformerSpec`, and
 its beam search with posenc's settings (`posenc export` writes the model; the decoding benchmark
 and tests/test_export.py use both). The package `ctranslate2` is an optional extra: `pip install
-'posenc[export]'`.
+-e '.[export]'` in the project.
 
 CTranslate2's TransformerSpec is an encoder-decoder with the paper's post-norm layers, so the
 weights map one to one; what differs is said where it is mapped:
@@ -38,7 +38,7 @@ def engine():
         import ctranslate2
     except ImportError:
         raise UserError("the ctranslate2 package is not installed; install the extra: "
-                        "pip install 'posenc[export]' (or pip install ctranslate2)") from None
+                        "pip install -e '.[export]' in the project (or pip install ctranslate2)") from None
     return ctranslate2
 
 

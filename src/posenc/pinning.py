@@ -48,8 +48,12 @@ class State:
 
 def dvc(*args: str, root: Path) -> str:
     """A DVC command's standard output; a failure is one line with DVC's own last error line."""
-    done = subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    try:
+        done = subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    except FileNotFoundError:
+        raise UserError("dvc: not on PATH; `source .venv/bin/activate` (or run `make pin`, which puts "
+                        ".venv/bin first)") from None
     if done.returncode != 0:
         said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.startswith("ERROR")]
         raise UserError(f"`dvc {' '.join(args)}` failed: {said[0] if said else f'exit {done.returncode}'}")

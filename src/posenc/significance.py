@@ -92,7 +92,11 @@ def _two_level(baseline: list[tuple[np.ndarray, ...]], other: list[tuple[np.ndar
     if not math.isfinite(observed) or deltas.size == 0:
         return {"delta": None, "ci": None, "p": None, "samples": int(deltas.size)}
     low, high = np.percentile(deltas, [2.5, 97.5])
-    p = min(1.0, 2 * min(float(np.mean(deltas <= 0)), float(np.mean(deltas >= 0))))
+    # Two-sided, from the resamples on the smaller side of zero, counted as (k + 1) / (B + 1)
+    # (Davison & Hinkley 1997, eq. 4.11): never 0, so with no resample across zero it is the floor
+    # 2 / (B + 1) that B resamples can show, and Holm's adjustment multiplies that bound, not 0.
+    crossing = min(int(np.sum(deltas <= 0)), int(np.sum(deltas >= 0)))
+    p = min(1.0, 2 * (crossing + 1) / (deltas.size + 1))
     digits = 2 if statistic is corpus_bleu else 4  # BLEU points; shares of BLEU
     return {"delta": round(float(observed), digits), "ci": [round(float(low), digits), round(float(high), digits)],
             "p": round(p, 4), "samples": int(deltas.size)}

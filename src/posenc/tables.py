@@ -37,14 +37,22 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def floor(samples: int) -> float:
+    """The smallest two-sided p-value that `samples` bootstrap resamples can show (none of them
+    across zero): 2 / (B + 1), as posenc.significance counts it."""
+    return 2 / (samples + 1)
+
+
 def p_text(p: float, samples: int) -> str:
-    """A bootstrap p-value: "< 1/samples" where no resample fell on the other side."""
-    return f"< {1 / samples:g}" if p == 0 else f"{p:g}"
+    """A bootstrap p-value, "≤ 0.002 (B = 1,000)" where it is the floor of the resampling: a
+    smaller p would need more resamples (report.bootstrap_samples)."""
+    return f"≤ {p:g} (B = {samples:,})" if p <= round(floor(samples), 4) else f"{p:g}"
 
 
 def p_is(p: float, samples: int, name: str = "p") -> str:
-    """"p = 0.12", or "p < 0.001" where no resample fell on the other side."""
-    return f"{name} {p_text(p, samples)}" if p == 0 else f"{name} = {p_text(p, samples)}"
+    """"p = 0.12", or "p ≤ 0.002 (B = 1,000)" where no resample fell on the other side."""
+    text = p_text(p, samples)
+    return f"{name} {text}" if text.startswith("≤") else f"{name} = {text}"
 
 
 def to_csv(rows: list[dict], columns: list[str]) -> str:

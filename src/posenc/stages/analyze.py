@@ -127,9 +127,16 @@ def markdown(a: dict, shares: tuple[float, ...]) -> str:
         lines.append(f"| {name} | {fmt(r['original'], 2)} | {fmt(r['shuffled'], 2)} | {fmt(r['reversed'], 2)} |")
     for name, r in a["word_order_bleu"].items():
         drop = mean(r["original"]) - mean(r["shuffled"])
-        lines.append(f"\n- {name}: shuffling the source costs {drop:.2f} BLEU"
-                     + (" (its encoder sees a bag of words, so order cannot matter)."
-                        if a["where_position"][name].startswith("nowhere") else "."))
+        flipped = mean(r["original"]) - mean(r["reversed"])
+        if a["where_position"][name].startswith("nowhere"):
+            why = " (its encoder sees a bag of words, so order cannot matter)"
+        elif drop > 0 and flipped < drop / 2:
+            # a bias of |i - j| alone (ALiBi's symmetric form) keeps every distance when reversed
+            why = (": reading the source backwards costs less than half of that, so its encoder tells near "
+                   "from far better than left from right (a reversed sentence keeps every distance)")
+        else:
+            why = ""
+        lines.append(f"\n- {name}: shuffling the source costs {drop:.2f} BLEU, reversing it {flipped:.2f}{why}.")
     return "\n".join(lines) + "\n"
 
 

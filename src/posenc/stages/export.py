@@ -5,6 +5,7 @@ Not a DVC stage: it writes nothing the pipeline reads.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +27,8 @@ def run(args) -> None:
     # of the user's (posenc.files.check_output_dir)
     files.check_output_dir(out_dir, (model_file, *([args.spm] if args.spm else [])),
                            ours=("model.bin", "config.json", "*vocabulary*", "spm.model"))
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not args.force:  # as CTranslate2's own converters
+        raise UserError(f"{out_dir}: exists; pass --force to replace it, or name another --out")
     require_model(model_file)
     model = load_model(model_file, torch.device("cpu"))
     spm = Path(args.spm) if args.spm else trained_with(model_file, Path(args.lock))
@@ -35,6 +38,9 @@ def run(args) -> None:
     # written beside the target, then moved: an interrupted export leaves no half-written model
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes 0700: give the directory the usual mode
     try:
         built.save(str(tmp))
         shutil.copy(spm, tmp / "spm.model")
