@@ -56,9 +56,28 @@ def error_line(r: subprocess.CompletedProcess, stage: str) -> str:
 
 @pytest.fixture(scope="session")
 def mirror() -> Path:
-    assert (MIRROR / "SHA256SUMS").is_file(), (
-        f"{MIRROR}: the WMT mirror is missing; set POSENC_DATA_MIRROR to ../shared/data/wmt")
+    """The WMT data the tests read (references, the tiny profile's corpus), laid out as
+    ../shared/data/wmt; without it, one line naming the variable and the official source."""
+    from posenc.downloads import MIRROR_ENV, MULTI30K_URL
+
+    if not (MIRROR / "SHA256SUMS").is_file():
+        pytest.fail(f"{MIRROR}: no data mirror; set {MIRROR_ENV} to a copy of the WMT data (the layout of "
+                    f"../shared/data/wmt: SOURCES.md there names each file's official source, Multi30k's "
+                    f"being {MULTI30K_URL})", pytrace=False)
     return MIRROR
+
+
+@pytest.fixture(scope="session")
+def oracles(tmp_path_factory) -> Path:
+    """The original scoring scripts (posenc.oracles): from POSENC_ORACLE_MIRROR, else downloaded
+    from their official sources at the pinned commits; else one line naming the source."""
+    from posenc import oracles as sources
+    from posenc.errors import UserError
+
+    try:
+        return sources.get(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "posenc" / "oracles")
+    except UserError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="session")

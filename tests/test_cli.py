@@ -108,3 +108,15 @@ def test_every_help_fits_a_terminal():
         assert r.returncode == 0, command
         wide = [line for line in r.stdout.splitlines() if len(line) > 120]
         assert not wide, (command, wide[0])
+
+
+def test_cite_carries_the_commit_of_the_checkout(tmp_path):
+    """Issue 51: README's BibTeX had no field for the revision a reader used."""
+    from conftest import ROOT
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    r = subprocess.run([sys.executable, "-m", "posenc", "cite"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("@software{posenc,") and f"commit {head}" in r.stdout, r.stderr
+    assert "version = {" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "posenc", "cite"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("posenc cite: error: ") and "not a git checkout" in r.stderr

@@ -94,7 +94,7 @@ STAGES = {
 }
 INTS = {"--seed"}
 # commands that are not DVC stages: they write nothing the pipeline reads
-TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify",
+TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify", "cite": "posenc.cite",
          "pin": "posenc.stages.pin", "pins": "posenc.stages.pins",
          "export": "posenc.stages.export", "readme": "posenc.readme", "plots-page": "posenc.plots_page"}
 # the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
@@ -185,6 +185,10 @@ def parser() -> argparse.ArgumentParser:
                    "index holds them alone), never part of a unit")
     q.add_argument("--records", default="docs/records/units", help="the units' records (default docs/records/units)")
     q.add_argument("--md", help="write README's status block here (with --stage: results/pins.md, staged too)")
+    c = sub.add_parser("cite", help="the BibTeX entry of this checkout, with its commit and the pinned table's md5",
+                       description="Print the BibTeX entry to cite posenc at the commit of this checkout, with "
+                       "the md5 dvc.lock records for results/table.json.")
+    c.add_argument("--lock", default="dvc.lock", help="dvc.lock of the checkout (default dvc.lock)")
     g = sub.add_parser("plots-page", help="DVC's offline plots template with Vega inlined, for `dvc plots show -o` anywhere",
                        description="Write .dvc/plots/offline.html with the Vega scripts from node_modules inlined, "
                        "so that the page DVC renders from it draws without a network wherever it is written.")

@@ -580,7 +580,11 @@ def plot_extrapolation(rows: list[dict], path: Path) -> None:
                ylabel=f"BLEU over its BLEU at k = {ks[0]} (mean over seeds)",
                title=f"Extrapolation (§3.5): {split}")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+        if not ax.get_lines():  # every variant at BLEU 0 for k = 1 (an undertrained profile's)
+            ax.text(0.5, 0.5, f"no variant has BLEU above 0 at k = {ks[0]}:\nno ratio to draw",
+                    transform=ax.transAxes, ha="center", va="center")
+    if axes[0][-1].get_lines():
+        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
 
 

@@ -11,7 +11,6 @@ report is not touched: this stage reads its runs and writes only its own files.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
