@@ -106,3 +106,26 @@ def test_missing_data_alone_is_what_allow_missing_skips():
     assert not pinning.only_missing([{"changed deps": {"src/posenc/model.py": "modified"}}])
     assert not pinning.only_missing(["always changed"])
     assert not pinning.only_missing([{"changed deps": {"params.yaml": "new"}}])
+
+
+def test_the_plan_runs_a_unit_from_its_first_stale_stage_to_its_end(tmp_path):
+    """A stage after the first one DVC would run may be up to date now and stale once that has run,
+    so the rest of the unit runs too; a unit cut after its training, whose weights are not here,
+    is retrained first."""
+    from posenc.stages.pin import plan
+
+    stages = ["train@a-1", "evaluate@a-1", "extrapolate@a-1", "measure@a-1",
+              "train@b-1", "evaluate@b-1", "extrapolate@b-1", "measure@b-1",
+              "train@c-1", "evaluate@c-1", "extrapolate@c-1", "measure@c-1"]
+    units = pinning.units(stages)
+    lock = {name: {"outs": [{"path": f"models/{name.split('@')[1]}/model.pt"}]} for name in stages[:1] + stages[4:5]}
+    (tmp_path / "models/b-1").mkdir(parents=True)
+    (tmp_path / "models/b-1/model.pt").write_bytes(b"weights")
+    st = pinning.State(tuple(units), pinned=frozenset(), missing=frozenset({"c-1"}), partial=frozenset({"a-1"}),
+                       stale=frozenset({"b-1"}), to_run=frozenset({"evaluate@a-1", "extrapolate@a-1", "measure@a-1",
+                                                                   "evaluate@b-1", *stages[8:]}),
+                       locked=frozenset(lock), order=tuple(stages))
+    got = {unit.name: (todo, force) for unit, todo, force in plan(tmp_path, st, lock)}
+    assert got["a-1"] == (stages[:4], "train@a-1")          # cut after training, weights gone: retrained
+    assert got["b-1"] == (stages[5:8], None)                # weights here: from its evaluation on
+    assert got["c-1"] == (stages[8:], None)                 # never run: the whole unit

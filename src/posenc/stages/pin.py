@@ -121,14 +121,15 @@ def plan(root: Path, st: pinning.State, lock: dict) -> list[tuple[pinning.Unit, 
     for unit in st.units:
         if unit.name in st.pinned:
             continue
-        todo = [s for s in unit.stages if s in st.to_run]
-        force = None
+        # from the first stage DVC would run to the unit's end: a stage after it may be up to date
+        # now and stale once that one has run (an evaluation of weights retrained under new code)
+        first = next((i for i, name in enumerate(unit.stages) if name in st.to_run), len(unit.stages))
+        todo, force = list(unit.stages[first:]), None
         train = unit.stages[0]
-        if train not in todo and todo:
+        if first > 0 and todo:  # the training pinned, a later stage not: are the weights here?
             weights = [root / o["path"] for o in (lock.get(train) or {}).get("outs", [])]
             if not all(p.exists() for p in weights):
-                force = train
-                todo = [train, *todo]
+                force, todo = train, list(unit.stages)
         out.append((unit, todo, force))
     return out
 
