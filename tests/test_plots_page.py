@@ -33,3 +33,14 @@ def test_missing_vega_says_how_to_install_it(tmp_path):
     assert line.endswith("vega/build/vega.min.js: missing; install Vega first: npm install --no-save vega@5 "
                          "vega-lite@5 vega-embed@6")
     assert not (tmp_path / "page.html").exists()
+
+
+def test_a_script_that_is_not_utf8_is_one_line(tmp_path):
+    """Issue 49: a non-UTF-8 file gave a traceback."""
+    modules = tmp_path / "node_modules"
+    for name in SCRIPTS:
+        (modules / name).parent.mkdir(parents=True)
+        (modules / name).write_bytes(b"var s = '\xe9';\n")
+    r = posenc("plots-page", "--node-modules", str(modules), "--out", str(tmp_path / "page.html"), cwd=ROOT)
+    assert "vega/build/vega.min.js: not UTF-8 text; install Vega again" in error_line(r, "plots-page")
+    assert not (tmp_path / "page.html").exists()

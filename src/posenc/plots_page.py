@@ -26,7 +26,8 @@ def inline(template: str, node_modules: Path) -> str:
             raise UserError(f"{path}: missing; install Vega first: npm install --no-save vega@5 "
                             f"vega-lite@5 vega-embed@6")
         # "</script" inside the code would end the element early; "<\/" reads the same in JS
-        text = path.read_text(encoding="utf-8").replace("</script", "<\\/script")
+        text = _read(path, "install Vega again: npm install --no-save vega@5 vega-lite@5 vega-embed@6")
+        text = text.replace("</script", "<\\/script")
         return f"<script>/* {match.group(1)} */\n{text}\n</script>"
 
     if not SCRIPT.search(template):
@@ -34,11 +35,18 @@ def inline(template: str, node_modules: Path) -> str:
     return SCRIPT.sub(code, template)
 
 
+def _read(path: Path, fix: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text; {fix}") from None
+
+
 def run(args) -> None:
     template = Path(args.template)
     if not template.is_file():
         raise UserError(f"{template}: missing; it is the project's .dvc/plots/offline.html")
-    page = inline(template.read_text(encoding="utf-8"), Path(args.node_modules))
+    page = inline(_read(template, "`git checkout .dvc/plots/offline.html` restores it"), Path(args.node_modules))
     files.write_text(args.out, page)
     print(f"plots-page: {args.out} ({len(page.encode()) / 1e6:.1f} MB, Vega inlined): "
           f"dvc plots show --html-template {args.out} -o DIR")
