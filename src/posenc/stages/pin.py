@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from posenc import config, files, numerics, pinning
@@ -90,6 +90,7 @@ def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None,
     """Run one unit's stages in order; a record when it ends whole. Returns its one-line summary."""
     log = logs / f"{unit.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"pin: {unit.name} started: {', '.join(todo)}" + (f" ({force} forced)" if force else ""), flush=True)
     took, start = {}, time.monotonic()
     with open(log, "a", encoding="utf-8") as out:
         for stage in todo:
@@ -159,12 +160,12 @@ def run(args) -> int:
           f"time, on {cpu_name()} (logs in {args.logs}/)", flush=True)
     failed = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [(unit, pool.submit(run_unit, root, unit, todo, force, lock, Path(args.logs),
-                                      Path(args.records), threads)) for unit, todo, force in work]
-        for i, (unit, future) in enumerate(futures, 1):
+        futures = {pool.submit(run_unit, root, unit, todo, force, lock, Path(args.logs), Path(args.records),
+                               threads): unit for unit, todo, force in work}
+        for i, future in enumerate(as_completed(futures), 1):  # as each unit ends, whatever its order
             said = future.result()
             failed += said.startswith("FAILED")
-            print(f"pin: [{i}/{len(futures)}] {unit.name}: {said}", flush=True)
+            print(f"pin: [{i}/{len(futures)}] {futures[future].name}: {said}", flush=True)
     if failed:
         print(f"pin: {failed} unit(s) failed; the others are pinned (see the logs)", file=sys.stderr)
         return 1
