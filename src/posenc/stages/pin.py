@@ -90,7 +90,9 @@ def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None,
     """Run one unit's stages in order; a record when it ends whole. Returns its one-line summary."""
     log = logs / f"{unit.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    print(f"pin: {unit.name} started: {', '.join(todo)}" + (f" ({force} forced)" if force else ""), flush=True)
+    # one write per line: two units' threads print side by side
+    sys.stdout.write(f"pin: {unit.name} started: {', '.join(todo)}" + (f" ({force} forced)" if force else "") + "\n")
+    sys.stdout.flush()
     took, start = {}, time.monotonic()
     with open(log, "a", encoding="utf-8") as out:
         for stage in todo:
