@@ -127,3 +127,11 @@ def test_input_that_is_not_utf8_is_one_line_from_a_file_and_from_stdin(tiny_data
     r = translate(tiny_data, *common, "-o", "data", stdin="A man.\n")
     assert error_line(r, "translate") == ("posenc translate: error: -o data: not a file that can be written "
                                           "here; give a path in a writable directory")
+
+
+@pytest.mark.parametrize("text", ["stages: [unclosed\n", "stages: 5\n", "- a\n"])
+def test_a_corrupt_lock_is_one_line(tiny_data, tiny_model, text):
+    """Issue 49: `--lock` of a corrupt or foreign file gave a traceback."""
+    (tiny_data / "bad.lock").write_text(text)
+    r = translate(tiny_data, "--model", "evalm/model.pt", "--lock", "bad.lock", stdin="A man.\n")
+    assert "bad.lock: not a DVC lock file" in error_line(r, "translate")

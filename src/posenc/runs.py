@@ -96,11 +96,15 @@ def trained_with(model: Path, lock: Path) -> Path:
         wanted = model.resolve().relative_to(root).as_posix()
     except ValueError:
         wanted = None
-    for stage in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
-        if any(out.get("path") == wanted for out in stage.get("outs", [])):
-            for dep in stage.get("deps", []):
-                if dep["path"].endswith(".model"):
-                    return root / dep["path"]
+    try:
+        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
+        for stage in stages.values():
+            if any(out.get("path") == wanted for out in stage.get("outs", [])):
+                for dep in stage.get("deps", []):
+                    if dep["path"].endswith(".model"):
+                        return root / dep["path"]
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError, TypeError, KeyError):
+        raise UserError(f"{lock}: not a DVC lock file; `git checkout dvc.lock` restores it, or pass --spm") from None
     raise UserError(f"{lock}: no stage writes {model}, so its SentencePiece model is unknown; "
                     f"pass --spm (e.g. --spm data/prepared/spm.model)")
 
