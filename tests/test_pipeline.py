@@ -205,7 +205,7 @@ def pin_in_pieces(work: Path, tmp_path: Path) -> Path:
     git_commit("a unit cut after training", work)
     before = lock_of(work)
 
-    clone = tmp_path / "clone"
+    clone = tmp_path / "pinned"  # (pull_into_a_fresh_clone's is "clone")
     sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
     assert not (clone / "models/concat-1/model.pt").exists()
     out = sh("make", "--no-print-directory", "pipeline", cwd=clone)
