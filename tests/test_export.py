@@ -78,22 +78,28 @@ def test_ctranslate2_scores_the_references_as_posenc_does(tiny_data, drawn, vari
         torch.testing.assert_close(torch.tensor(theirs.log_probs), ours, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("variant", SEARCHED)
-def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, longer, variant):
-    """The same beam, length penalty and length limit. Where posenc's hypothesis reaches the
-    limit the two may differ: posenc (as fairseq) makes every hypothesis end with EOS there and
-    ranks them with its probability; CTranslate2 stops them without one."""
-    model_file = longer(variant) / "model.pt"
-    directory = export(tiny_data, model_file)
+def both_searches(work, model_file):
+    """posenc's beam search and posenc.ct2.search on the exported `model_file`, on the first
+    SENTENCES val sentences: (ours, theirs, sources, eval config, spm, references)."""
+    directory = export(work, model_file)
     model = load_model(model_file, torch.device("cpu"))
-    cfg = config.load(tiny_data / "params.yaml", "eval", EvalConfig)
-    sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
-    english, german = pairs(tiny_data, SENTENCES)
+    cfg = config.load(work / "params.yaml", "eval", EvalConfig)
+    sp = tokens.load_tokenizer(work / "data/prepared/spm.model")
+    english, german = pairs(work, SENTENCES)
     sources = [torch.tensor(ids + [model.config.eos_id]).numpy() for ids in sp.encode(english)]
     ours = translate(model, sources, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens, progress=False)
     engine = ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
     theirs = [[sp.piece_to_id(p) for p in hyp] for hyp in
               search(engine, sp, sp.encode(english, out_type=str), cfg.beam, cfg.lenpen, cfg.max_len_extra)]
+    return ours, theirs, sources, cfg, sp, german
+
+
+@pytest.mark.parametrize("variant", SEARCHED)
+def test_ctranslate2_beam_search_gives_posencs_hypotheses(tiny_data, longer, variant):
+    """The same beam, length penalty and length limit. Where posenc's hypothesis reaches the
+    limit the two may differ: posenc (as fairseq) makes every hypothesis end with EOS there and
+    ranks them with its probability; CTranslate2 stops them without one."""
+    ours, theirs, sources, cfg, sp, german = both_searches(tiny_data, longer(variant) / "model.pt")
     assert sum(1 for h in ours if h) > SENTENCES // 2  # the models output words
     at_limit = [len(h) == len(s) - 1 + cfg.max_len_extra for h, s in zip(ours, sources)]
     within = [i for i in range(SENTENCES) if not at_limit[i]]
@@ -115,16 +121,7 @@ def test_ctranslate2_gives_the_empty_translation_where_posenc_does(tiny_data):
                "--timings", "logs/empty-rope.json", "--digests", f"{run.name}/g.json",
                "--highway", f"{run.name}/h.tsv", cwd=tiny_data)
     assert r.returncode == 0, r.stderr[-2000:]
-    directory = export(tiny_data, run / "model.pt")
-    model = load_model(run / "model.pt", torch.device("cpu"))
-    cfg = config.load(tiny_data / "params.yaml", "eval", EvalConfig)
-    sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
-    english, _ = pairs(tiny_data, SENTENCES)
-    sources = [torch.tensor(ids + [model.config.eos_id]).numpy() for ids in sp.encode(english)]
-    ours = translate(model, sources, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens, progress=False)
-    engine = ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
-    theirs = [[sp.piece_to_id(p) for p in hyp] for hyp in
-              search(engine, sp, sp.encode(english, out_type=str), cfg.beam, cfg.lenpen, cfg.max_len_extra)]
+    ours, theirs = both_searches(tiny_data, run / "model.pt")[:2]
     assert sum(not h for h in ours) > SENTENCES // 2  # mostly empty translations
     assert sum(a == b for a, b in zip(ours, theirs)) >= 0.99 * SENTENCES
 

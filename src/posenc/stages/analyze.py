@@ -1,17 +1,7 @@
 """Stage `analyze`: the classic answers to "why sum, not concatenate?", measured on every run
 (posenc.measures, by the per-run stage `measure`) and set side by side over variants and seeds.
-It reads the runs' analysis.json files alone, never a model.
-
-1. "Only about half of the sinusoidal dimensions move with position": variance of each dimension
-   of the position table over positions 0..L-1, and how many dimensions hold 90% / 99% of it.
-2. "Word and position vectors occupy nearly orthogonal subspaces": principal angles between the
-   token embeddings' and the position table's principal subspaces, against random subspaces.
-3. "With a sum, attention does four jobs at once": the first encoder layer's logits split exactly
-   into word-word, word-position, position-word and position-position terms (post-norm: the first
-   layer's input is exactly token part + position part; dropout off). Where position acts inside
-   attention (rope, alibi, relative) no such split exists; for every variant, the share of the
-   first layer's logit variance that relative distance alone explains.
-4. "Without positions there is no word order": dev BLEU with shuffled and reversed source words.
+It reads the runs' analysis.json files alone, never a model; the four conjectures and how each
+is measured are posenc.measures'.
 Every seed's model is measured; a figure that depends on training is reported as its mean ± the
 standard deviation over seeds (`over_seeds`), one that does not (a fixed sinusoid) as itself.
 Every measurement asks the model (its position part, its first-layer logits); none keys on a
