@@ -27,7 +27,7 @@ REPIN ?=
 # pip then prefers: `make TORCH_INDEX=https://download.pytorch.org/whl/cpu test`. Empty: PyPI's.
 TORCH_INDEX ?=
 
-.PHONY: pin repro pipeline setup test readme verify clean-venv
+.PHONY: pin repro pipeline setup peers test readme verify clean-venv
 
 # pip itself, pinned: from 25.1 `pip show` prints the licence as pyproject.toml declares it
 # (PEP 639's License-Expression), which the pip a fresh venv brings does not.
@@ -43,6 +43,22 @@ $(STAMP): requirements.lock pyproject.toml
 
 # The environment alone: .venv with the pinned dependency set and the project.
 setup: $(STAMP)
+
+# benchmarks/peers.py's own environment: fairseq and eole on the pinned set (benchmarks/peers.lock).
+# Never the pipeline's: eole caps sentencepiece below requirements.lock's. CI builds it beside .venv
+# (make -j2 setup peers) so that tests/test_benchmarks.py runs the peers benchmark too.
+PEERS := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed
+
+$(PEERS_STAMP): benchmarks/peers.lock pyproject.toml
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
+	$(PEERS)/bin/python -m pip install --quiet --disable-pip-version-check -r benchmarks/peers.lock \
+	  $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PEERS)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+peers: $(PEERS_STAMP)
 
 pin repro: $(STAMP)
 	$(MAKE) --no-print-directory pipeline
@@ -61,4 +77,4 @@ verify: $(STAMP)
 	posenc verify
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PEERS)

@@ -36,6 +36,18 @@ from posenc.checkpoints import load_model  # noqa: E402
 LENPEN, MAX_LEN_EXTRA, BATCH_TOKENS = 0.6, 50, 8000  # the default profile's eval params
 
 
+def interleaved(searches: dict, rounds: int, sentences: int) -> tuple[dict[str, list[float]], dict]:
+    """Sentences/s of each search (a function of no arguments), one figure a round, the rounds
+    interleaving the searches so that drift in machine speed hits them alike; and each one's outputs."""
+    rates, outputs = {name: [] for name in searches}, {}
+    for _ in range(rounds):
+        for name, search in searches.items():
+            start = time.perf_counter()
+            outputs[name] = search()
+            rates[name].append(sentences / (time.perf_counter() - start))
+    return rates, outputs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="a trained model.pt (default: random weights)")
@@ -81,13 +93,7 @@ def main() -> None:
             searches[f"CTranslate2 {compute}"] = lambda engine=engine: [
                 [sp.piece_to_id(p) for p in hyp]
                 for hyp in ct2.search(engine, sp, pieces, a.beam, LENPEN, MAX_LEN_EXTRA)]
-    rates = {name: [] for name in searches}
-    outputs = {}
-    for _ in range(a.rounds):
-        for name, search in searches.items():
-            start = time.perf_counter()
-            outputs[name] = search()
-            rates[name].append(len(sources) / (time.perf_counter() - start))
+    rates, outputs = interleaved(searches, a.rounds, len(sources))
     refs = None
     if a.raw and sp is not None:
         refs = scoring.read_references(Path(a.raw), "val", len(sources))

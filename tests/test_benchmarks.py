@@ -3,10 +3,13 @@ asserted here: README's Performance section quotes what they print on the real p
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT, posenc
 
@@ -132,3 +135,53 @@ def test_residual_init_trains_concat_from_xavier_beside_the_pinned_identity_star
     halves = dict(re.findall(r"^W at the last update, (\w+) start: x half ([\d.]+)", out, re.M))
     assert set(halves) == {"identity", "xavier"} and halves["xavier"] != halves["identity"]
     assert "residual_init: xavier" in (tmp_path / "x/params.yaml").read_text()
+
+
+PEERS = ROOT / ".venv-peers"  # make peers: fairseq and eole beside the pinned set (benchmarks/peers.lock)
+
+
+def test_peers_trains_and_decodes_with_posenc_fairseq_and_eole_and_prints_every_figure(tiny_data, tiny_model):
+    if not (PEERS / ".installed").is_file():
+        why = f"{PEERS}: the peers extra is not installed; `make peers` installs fairseq and eole"
+        if os.environ.get("CI"):  # .ci/run installs it first: never a silent skip there
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    r = subprocess.run([str(PEERS / "bin/python"), str(ROOT / "benchmarks/peers.py"), "--updates", "2", "--rounds",
+                        "2", "--flop-batches", "1", "--model", "evalm/model.pt", "--raw", "data/raw/multi30k",
+                        "--sentences", "6"], cwd=tiny_data, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert re.search(r"^\S+ family \d+ model \d+, numerics portable, 1 thread, torch [\w.+]+; GEMM peak [\d.]+ "
+                     r"GFLOP/s \(the step's products alone\); [\d.]+ MFLOP a target token", out, re.M), out
+    assert re.search(r"^training: params.yaml \(d_model 32, d_ff 64, 2 heads, 1\+1 layers, max_tokens 1024\), 2 "
+                     r"updates a round, 2 rounds interleaved$", out, re.M)
+    parameters = {}
+    for toolkit in ("posenc", "fairseq", "eole"):
+        m = re.search(rf"^  {toolkit} +median +\d+ target tokens/s \(min \d+, max \d+\) = \d+% of the peak, "
+                      rf"[\d.]+x posenc's; \d+ target tokens an update; ([\d,]+) parameters; dev perplexity "
+                      rf"([\d.]+) after 2 updates$", out, re.M)
+        assert m, (toolkit, out)
+        parameters[toolkit] = int(m[1].replace(",", ""))
+    # the same model: fairseq adds biases to the 4 projections of each attention (1 encoder, 2 decoder),
+    # eole's pre-norm decoder a final LayerNorm (d_model 32)
+    assert parameters["fairseq"] - parameters["posenc"] == 4 * 32 * 3
+    assert parameters["eole"] - parameters["posenc"] == 2 * 32
+    assert re.search(r"^decoding: 6 val sentences of evalm/model.pt, beam 2, length penalty 0.6, limit source \+ 5, "
+                     r"1 thread, 2 rounds; eole: not run \(its decoder layers are pre-norm only", out, re.M)
+    for search in ("posenc, cached", "CTranslate2 float32", "fairseq"):
+        assert re.search(rf"^  {search} +median +[\d.]+ sentences/s \(min [\d.]+, max [\d.]+\), [\d.]+x posenc's; "
+                         rf"\d/6 outputs as posenc's; BLEU [\d.]+$", out, re.M), (search, out)
+
+
+def test_peers_refuses_a_model_the_peers_cannot_build_and_an_environment_without_them(tiny_data, tmp_path):
+    """Checked before any toolkit loads: runs in the pipeline's environment, without the extra."""
+    params = tmp_path / "params.yaml"
+    params.write_text((tiny_data / "params.yaml").read_text().replace("norm: post", "norm: pre"))
+    r = run(tiny_data, "peers.py", "--params", str(params))
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"{params}: model.norm pre and model.residual sum: the peers build the paper's post-norm summed "
+        f"residuals; use norm: post, residual: sum")
+    r = run(tiny_data, "peers.py", "--toolkits", "posenc,eole")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"eole: not installed beside {sys.executable}; `make peers` installs them in .venv-peers: run "
+        f".venv-peers/bin/python benchmarks/peers.py")

@@ -33,7 +33,7 @@ NOT_PROSE = [re.compile(p, re.S | re.M) for p in (
     r"\b(?:19[5-9]\d|20[0-3]\d)\b(?![.,]\d)")]
 # Files whose numbers prose may name besides the generated ones: the settings (update counts,
 # widths, seeds) and the pinned versions.
-SETTINGS = ("params.yaml", "profiles/*.yaml", "pyproject.toml", "requirements.lock")
+SETTINGS = ("params.yaml", "profiles/*.yaml", "pyproject.toml", "requirements.lock", "benchmarks/peers.lock")
 # The short allow-list: conventions and goals that prose may name, each with why.
 CONVENTIONS = {"0.05": "the significance level of a 95% interval",
                "120": "the terminal width that the README's DVC recipes fit (a test measures it)",
