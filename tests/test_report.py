@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,20 @@ def test_a_dev_log_that_is_not_one_is_named(tmp_path, text):
         read_dev_log(tmp_path / "dev_log.tsv")
     with pytest.raises(UserError, match=r"gone.tsv: missing"):
         read_dev_log(tmp_path / "gone.tsv")
+
+
+def test_metrics_without_a_figure_the_table_shows_are_one_line(tmp_path):
+    from posenc.stages.report import load_runs
+
+    corpus = corpora.get("multi30k")
+    where = tmp_path / "sinusoidal-1"
+    where.mkdir()
+    (where / "metrics.json").write_text(json.dumps({"dev_ppl": 5.0, **{f"bleu_{s}": 30.0 for s in corpus.scored}}))
+    (where / "scores.json").write_text(json.dumps({f"{m}_{s}": 50.0 for m in ("chrf", "bleu_tok")
+                                                   for s in corpus.scored}))
+    for name in ("signatures.json", "extrapolation.json"):
+        (where / name).write_text("{}")
+    with pytest.raises(UserError) as e:
+        load_runs(tmp_path, ("sinusoidal",), (1,), corpus)
+    assert str(e.value) == (f"{where}: no parameters in metrics.json or scores.json; written by an older "
+                            f"evaluate stage: run `dvc repro evaluate`")

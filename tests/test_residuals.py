@@ -4,6 +4,7 @@ the table and test against `sum` at the same depth, and findings that follow the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from posenc.stages.residuals import (ResidualStudyConfig, findings, geometric_me
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(40)]
 SEEDS = (1, 2)
+SCORED = corpora.get("multi30k").scored
 
 
 def test_the_cells_are_each_depths_sum_then_the_other_kinds():
@@ -75,7 +77,7 @@ def study(tmp_path):
         _write_run(tmp_path / f"residual/concat-1-{seed}", "concat", 2, 0.5, 0.6, (1.2, 0.8))
         _write_run(tmp_path / f"residual/none-1-{seed}", "none", 4, 0.01, 2.0, None)
     dirs = run_dirs(cells, SEEDS, 1, tmp_path / "runs", tmp_path / "residual")
-    return load(dirs), cells, raw
+    return load(dirs, corpus.scored), cells, raw
 
 
 def test_table_test_and_findings_follow_the_figures(study):
@@ -146,7 +148,7 @@ def test_a_run_is_tabulated_under_its_own_kind_and_depth_or_refused(tmp_path):
     dirs = run_dirs([("sum", 1)], (1,), 1, tmp_path / "runs", tmp_path / "residual")
     with pytest.raises(UserError, match=r"sinusoidal-1/signatures.json: a run of residual none with 1 layers, "
                                         r"tabulated as sum with 1; re-run its train and evaluate stages"):
-        load(dirs)
+        load(dirs, SCORED)
 
 
 def test_a_highway_log_without_rows_or_with_short_rows_is_one_line(tmp_path):
@@ -156,10 +158,21 @@ def test_a_highway_log_without_rows_or_with_short_rows_is_one_line(tmp_path):
     dirs = run_dirs([("sum", 1)], (1,), 1, tmp_path / "runs", tmp_path / "residual")
     log.write_text("step\tpart\tmeasure\tvalue\n")
     with pytest.raises(UserError, match=r"highway_log.tsv: holds no measurement, only its header"):
-        load(dirs)
+        load(dirs, SCORED)
     log.write_text("step\tpart\tmeasure\tvalue\n100\tencoder embeddings\n")
     with pytest.raises(UserError, match=r"highway_log.tsv: not a highway log"):
-        load(dirs)
+        load(dirs, SCORED)
+
+
+@pytest.mark.parametrize("metrics, said", [
+    ("{", "metrics.json: not valid JSON"), ("[]", "metrics.json: not the JSON object evaluate writes"),
+    ("{}", "metrics.json: no parameters, dev_ppl, bleu_")])
+def test_a_corrupt_or_empty_metrics_file_is_one_line(tmp_path, metrics, said):
+    _write_run(tmp_path / "runs/sinusoidal-1", "sum", 1, 0.9, 0.3, None)
+    (tmp_path / "runs/sinusoidal-1/metrics.json").write_text(metrics)
+    dirs = run_dirs([("sum", 1)], (1,), 1, tmp_path / "runs", tmp_path / "residual")
+    with pytest.raises(UserError, match=re.escape(f"sinusoidal-1/{said}")):
+        load(dirs, SCORED)
 
 
 def test_the_findings_say_how_concats_w_started_as_the_runs_say(study):

@@ -64,11 +64,12 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
             signatures = _mapping(where / SIGNATURES, again)
             try:
                 scores = {m: {split: metrics[f"{m}_{split}"] for split in corpus.scored} for m in MEASURES}
+                parameters, dev_ppl = metrics["parameters"], metrics["dev_ppl"]
             except KeyError as e:
                 raise UserError(f"{where}: no {e.args[0]} in {METRICS} or {SCORES}; written by an older "
                                 f"evaluate stage: run `dvc repro evaluate`") from None
-            runs.append({"variant": v, "seed": s, "parameters": metrics["parameters"],
-                         "dev_ppl": metrics["dev_ppl"], "signature": signatures, "hyps": where / HYPS,
+            runs.append({"variant": v, "seed": s, "parameters": parameters,
+                         "dev_ppl": dev_ppl, "signature": signatures, "hyps": where / HYPS,
                          "extrapolation": _mapping(where / EXTRAPOLATION,
                                                    f"`dvc repro -f extrapolate@{run_name(v, s)}` writes it again"),
                          **scores})

@@ -103,8 +103,9 @@ def read_highway(path: Path) -> list[tuple[int, str, str, float]]:
     return parsed
 
 
-def load(dirs: dict) -> dict:
-    """{(kind, depth, seed): {"metrics": metrics and scores, "highway": rows}}."""
+def load(dirs: dict, scored: tuple[str, ...]) -> dict:
+    """{(kind, depth, seed): {"metrics": metrics and scores, "highway": rows}}; a run's metrics
+    without a figure the table shows (of the `scored` splits) are one line naming the file."""
     out = {}
     for key, where in dirs.items():
         # the cell a run is tabulated in is the run's own kind and depth, never the params' word
@@ -116,7 +117,15 @@ def load(dirs: dict) -> dict:
                             f"{made[1] if made else '?'} layers, tabulated as {kind} with {depth}; "
                             f"re-run its train and evaluate stages under the current params")
         again = "its evaluate stage writes it again (`dvc repro -f`)"
-        metrics = {**files.read_json(where / METRICS, again), **files.read_json(where / SCORES, again)}
+        metrics = {}
+        for name in (METRICS, SCORES):
+            got = files.read_json(where / name, again)
+            if not isinstance(got, dict):
+                raise UserError(f"{where / name}: not the JSON object evaluate writes; {again}")
+            metrics |= got
+        wanted = ["parameters", "dev_ppl", *(f"{m}_{s}" for s in scored for m in ("bleu", "chrf"))]
+        if missing := [k for k in wanted if k not in metrics]:
+            raise UserError(f"{where / METRICS}: no {', '.join(missing)} (here or in {SCORES}); {again}")
         out[key] = {"metrics": metrics, "highway": read_highway(where / HIGHWAY), "hyps": where / HYPS,
                     "init": signature.get("residual_init", "identity")}
     return out
@@ -385,7 +394,7 @@ def run(args) -> None:
     seeds = config.load_list(args.params, "seeds", config.NonNegative)
     corpus, raw = corpora.get(data.corpus), Path(args.raw)
     cells = groups(study, layers)
-    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs)))
+    runs = load(run_dirs(cells, seeds, layers, Path(args.runs), Path(args.residual_runs)), corpus.scored)
     rows = table_rows(runs, cells, seeds, corpus)
     sig = significance(runs, cells, seeds, corpus, raw, report.bootstrap_samples, report.bootstrap_seed)
     hw = highway_rows(runs, cells, seeds)
