@@ -44,7 +44,7 @@ def check_committed(root: Path) -> None:
                         f"first: a pin must name the commit whose code made it")
 
 
-def check_profile(root: Path, params: Path, lock: dict) -> None:
+def check_profile(params: Path, lock: dict) -> None:
     """The data stages in dvc.lock were made under these data and tokenizer params, or there are
     none: a lock from another profile would have every unit re-pinned on other data."""
     raw = config.read_params(params)
@@ -144,7 +144,7 @@ def run(args) -> int:
     params = Path(args.params)
     check_committed(root)
     lock = pinning.read_lock(root)
-    check_profile(root, params, lock)
+    check_profile(params, lock)
     make_data(root)
     lock = pinning.read_lock(root)
     st = pinning.state(root)
@@ -179,5 +179,5 @@ def run(args) -> int:
     pinning.canonical_lock(root)
     print(f"pin: {len(st.pinned)} of {len(st.units)} units pinned" + (f", {left} left" if left else
           ", and the aggregates") + "; `posenc pins --stage` stages the whole units for a commit")
-    os.sync()
+    os.sync()  # dvc.lock and the records on disk before anything ends the machine (a session's stop)
     return 0

@@ -64,7 +64,7 @@ def _unit(lock: Path, run: str) -> tuple[str, str | None]:
     for chain, item in chains:
         if f"{chain[0]}@{item}" in _stages(lock):
             return f"{chain[0]}@{item}", f"{chain[1]}@{item}"
-    pinned = sorted(k for k in _stages(lock) if runs.unit_of(k) and k == f"{runs.unit_of(k)[2][0]}@{k.split('@')[1]}")
+    pinned = sorted(k for k in _stages(lock) if (unit := runs.unit_of(k)) and k.split("@")[0] == unit[2][0])
     raise UserError(f"{lock}: no training of {run} is pinned; pinned: {', '.join(pinned) or 'none'}")
 
 
