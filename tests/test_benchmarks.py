@@ -147,14 +147,14 @@ def test_peers_trains_and_decodes_with_posenc_fairseq_and_eole_and_prints_every_
             pytest.fail(why, pytrace=False)
         pytest.skip(why)
     r = subprocess.run([str(PEERS / "bin/python"), str(ROOT / "benchmarks/peers.py"), "--updates", "2", "--rounds",
-                        "2", "--flop-batches", "1", "--model", "evalm/model.pt", "--raw", "data/raw/multi30k",
+                        "1", "--flop-batches", "1", "--model", "evalm/model.pt", "--raw", "data/raw/multi30k",
                         "--sentences", "6"], cwd=tiny_data, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     assert re.search(r"^\S+ family \d+ model \d+, numerics portable, 1 thread, torch [\w.+]+; GEMM peak [\d.]+ "
                      r"GFLOP/s \(the step's products alone\); [\d.]+ MFLOP a target token", out, re.M), out
     assert re.search(r"^training: params.yaml \(d_model 32, d_ff 64, 2 heads, 1\+1 layers, max_tokens 1024\), 2 "
-                     r"updates a round, 2 rounds interleaved$", out, re.M)
+                     r"updates a round, 1 rounds interleaved$", out, re.M)
     parameters = {}
     for toolkit in ("posenc", "fairseq", "eole"):
         m = re.search(rf"^  {toolkit} +median +\d+ target tokens/s \(min \d+, max \d+\) = \d+% of the peak, "
@@ -167,7 +167,7 @@ def test_peers_trains_and_decodes_with_posenc_fairseq_and_eole_and_prints_every_
     assert parameters["fairseq"] - parameters["posenc"] == 4 * 32 * 3
     assert parameters["eole"] - parameters["posenc"] == 2 * 32
     assert re.search(r"^decoding: 6 val sentences of evalm/model.pt, beam 2, length penalty 0.6, limit source \+ 5, "
-                     r"1 thread, 2 rounds; eole: not run \(its decoder layers are pre-norm only", out, re.M)
+                     r"1 thread, 1 rounds; eole: not run \(its decoder layers are pre-norm only", out, re.M)
     for search in ("posenc, cached", "CTranslate2 float32", "fairseq"):
         assert re.search(rf"^  {search} +median +[\d.]+ sentences/s \(min [\d.]+, max [\d.]+\), [\d.]+x posenc's; "
                          rf"\d/6 outputs as posenc's; BLEU [\d.]+$", out, re.M), (search, out)
