@@ -8,8 +8,9 @@ SentencePiece-encoded data (the prepared arrays, written out as pieces), one thr
 toolkit in a fresh process for --updates updates, the toolkits interleaved in --rounds rounds so
 that drift in machine speed hits them alike. Each process times its own updates (batch in hand to
 optimizer step done; reading and batching the data, validation and start-up excluded) and counts
-their target tokens: posenc's from its training loop's own meter, fairseq's `Trainer.train_step`
-and eole's `Trainer._train_step` wrapped by this script. The FLOPs are counted once, by torch on
+their target tokens: posenc's loop over the span its own update meter times (from setting the
+learning rate to the optimizer step), fairseq's `Trainer.train_step` and eole's
+`Trainer._train_step`, each wrapped by this script. Every toolkit starts from seed 1. The FLOPs are counted once, by torch on
 posenc's model for the first real batches, per target token, and the GEMM peak is timed in the same
 run (benchmarks/train_throughput.py: the step's own matrix products replayed alone), so every
 toolkit's tokens/s is also a share of the peak. Each toolkit's parameter count and dev perplexity

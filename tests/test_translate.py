@@ -129,9 +129,10 @@ def test_input_that_is_not_utf8_is_one_line_from_a_file_and_from_stdin(tiny_data
                                           "here; give a path in a writable directory")
 
 
-@pytest.mark.parametrize("text", ["stages: [unclosed\n", "stages: 5\n", "- a\n"])
-def test_a_corrupt_lock_is_one_line(tiny_data, tiny_model, text):
+@pytest.mark.parametrize("text, said", [("stages: [unclosed\n", "not a DVC lock file (ParserError)"),
+                                        ("stages: 5\n", "no mapping of stages"), ("- a\n", "no mapping of stages")])
+def test_a_corrupt_lock_is_one_line(tiny_data, tiny_model, text, said):
     """Issue 49: `--lock` of a corrupt or foreign file gave a traceback."""
     (tiny_data / "bad.lock").write_text(text)
     r = translate(tiny_data, "--model", "evalm/model.pt", "--lock", "bad.lock", stdin="A man.\n")
-    assert "bad.lock: not a DVC lock file" in error_line(r, "translate")
+    assert f"bad.lock: {said}; `git checkout dvc.lock` restores it, or pass --spm" in error_line(r, "translate")

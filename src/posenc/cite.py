@@ -8,9 +8,8 @@ import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
-import yaml
-
 from posenc.errors import UserError
+from posenc.runs import lock_stages
 
 TITLE = ("posenc: summed, concatenated or no positional encoding -- a DVC replication of\n"
          "            Table 3 (E) of Attention Is All You Need")
@@ -30,10 +29,7 @@ def table_md5(lock: Path) -> str | None:
     """The md5 dvc.lock records for the report's table.json, if the report is pinned."""
     if not lock.is_file():
         return None
-    try:
-        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
-    except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
-        raise UserError(f"{lock}: not a DVC lock file; `git checkout dvc.lock` restores it") from None
+    stages = lock_stages(lock)
     return next((o.get("md5") for o in (stages.get("report") or {}).get("outs", [])
                  if str(o.get("path", "")).endswith("table.json")), None)
 

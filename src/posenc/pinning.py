@@ -16,11 +16,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from posenc import files
 from posenc.errors import UserError
-from posenc.runs import PARTS, unit_of
+from posenc.runs import PARTS, lock_stages, unit_of
 
 
 @dataclass(frozen=True)
@@ -81,16 +79,7 @@ def units(stage_names: list[str]) -> list[Unit]:
 def read_lock(root: Path) -> dict:
     """dvc.lock's stages, {} where there is none; a corrupt file is one line."""
     path = root / "dvc.lock"
-    if not path.is_file():
-        return {}
-    try:
-        stages = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {})
-    except (yaml.YAMLError, UnicodeDecodeError, AttributeError) as e:
-        raise UserError(f"{path}: not a DVC lock file ({type(e).__name__}); `git checkout dvc.lock` "
-                        f"restores the committed one") from None
-    if not isinstance(stages, dict):
-        raise UserError(f"{path}: `stages` is not a mapping; `git checkout dvc.lock` restores the committed one")
-    return stages
+    return lock_stages(path) if path.is_file() else {}
 
 
 MISSING = ("deleted", "not in cache")

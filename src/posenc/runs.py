@@ -85,6 +85,23 @@ def dev_log_path(runs: Path, variant: str, seed: int) -> Path:
     return result_dir(runs, variant, seed) / DEV_LOG
 
 
+RESTORE_LOCK = "`git checkout dvc.lock` restores the committed one"
+
+
+def lock_stages(lock: Path, fix: str = RESTORE_LOCK) -> dict:
+    """dvc.lock's stages, read in the one place that reads them ({} for a lock without any); a
+    corrupt file, one that is not UTF-8 or holds no mapping of stages is one line naming it and
+    `fix`. What a missing lock means is the caller's to say."""
+    try:
+        raw = yaml.safe_load(lock.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise UserError(f"{lock}: not a DVC lock file ({type(e).__name__}); {fix}") from None
+    stages = raw.get("stages", {}) if isinstance(raw, dict) else None
+    if not isinstance(stages, dict):
+        raise UserError(f"{lock}: no mapping of stages; {fix}")
+    return stages
+
+
 def trained_with(model: Path, lock: Path) -> Path:
     """The SentencePiece model that dvc.lock records as a dependency of the stage that wrote
     `model` (paths relative to the project root, where dvc.lock is)."""
@@ -96,15 +113,16 @@ def trained_with(model: Path, lock: Path) -> Path:
         wanted = model.resolve().relative_to(root).as_posix()
     except ValueError:
         wanted = None
+    fix = "`git checkout dvc.lock` restores it, or pass --spm"
+    stages = lock_stages(lock, fix)
     try:
-        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
         for stage in stages.values():
             if any(out.get("path") == wanted for out in stage.get("outs", [])):
                 for dep in stage.get("deps", []):
                     if dep["path"].endswith(".model"):
                         return root / dep["path"]
-    except (yaml.YAMLError, UnicodeDecodeError, AttributeError, TypeError, KeyError):
-        raise UserError(f"{lock}: not a DVC lock file; `git checkout dvc.lock` restores it, or pass --spm") from None
+    except (AttributeError, TypeError, KeyError):  # a stage that is not what DVC writes
+        raise UserError(f"{lock}: not a DVC lock file; {fix}") from None
     raise UserError(f"{lock}: no stage writes {model}, so its SentencePiece model is unknown; "
                     f"pass --spm (e.g. --spm data/prepared/spm.model)")
 

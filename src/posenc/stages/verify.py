@@ -39,14 +39,7 @@ def _stages(lock: Path) -> dict:
     """dvc.lock's stages, read once (posenc.cli asks for the mode, then the run for the rest)."""
     if not lock.is_file():
         raise UserError(f"{lock}: missing; run from the project root or pass --lock")
-    try:
-        raw = yaml.safe_load(lock.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UserError(f"{lock}: not a DVC lock file ({type(e).__name__}); {FIX_LOCK}") from None
-    stages = raw.get("stages", {}) if isinstance(raw, dict) else None
-    if not isinstance(stages, dict):
-        raise UserError(f"{lock}: no mapping of stages; {FIX_LOCK}")
-    return stages
+    return runs.lock_stages(lock, FIX_LOCK)
 
 
 def _unit(lock: Path, run: str) -> tuple[str, str | None]:
