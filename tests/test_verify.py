@@ -130,3 +130,21 @@ def test_a_dev_log_with_a_non_numeric_step_is_one_line(tiny_data, pinned):
         assert f"vpins/{RUN}/dev_log.tsv: a row whose step is not a number ('eight')" in line
     finally:
         dev_log.write_text(original)
+
+
+def test_a_train_log_cut_to_one_column_is_named_before_the_cpu(tiny_data, pinned):
+    """Issue 49: a pinned train log of one column is the edited file, never the CPU's arithmetic."""
+    log = tiny_data / f"vpins/{RUN}/train_log.tsv"
+    original = log.read_text()
+    lock = pinned + f"    - path: vpins/{RUN}/train_log.tsv\n      md5: {hashlib.md5(log.read_bytes()).hexdigest()}\n"
+    try:
+        log.write_text("".join(line.split("\t")[0] + "\n" for line in original.splitlines()))
+        (tiny_data / "v.lock").write_text(lock)
+        r = verify(tiny_data, RUN, "--lock", "v.lock")
+        assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+        cause = r.stdout.split("likely cause: ", 1)[1]
+        assert cause.startswith(f"vpins/{RUN}/train_log.tsv is not the file dvc.lock's train@{RUN} records "
+                                f"(`git checkout vpins/{RUN}/train_log.tsv`)"), cause
+        assert "the CPU's arithmetic" not in cause
+    finally:
+        log.write_text(original)
