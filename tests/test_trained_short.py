@@ -132,3 +132,8 @@ def test_runs_scored_under_other_buckets_or_another_l_are_refused(tmp_path):
     path.write_text('{"buck')
     with pytest.raises(UserError, match=r"sinusoidal-1/lengths.json: not valid JSON"):
         load_runs(tmp_path / "runs", dataclasses.replace(SHORT, variants=("sinusoidal",)), SEEDS)
+    for foreign in ("{}", "[]", '{"buckets": [1, 2]}'):
+        path.write_text(foreign)
+        with pytest.raises(UserError, match=r"sinusoidal-1/lengths.json: not the lengths of sinusoidal-1; "
+                                            r"`dvc repro -f evaluate_short@sinusoidal-1`"):
+            load_runs(tmp_path / "runs", dataclasses.replace(SHORT, variants=("sinusoidal",)), SEEDS)

@@ -42,7 +42,9 @@ def load_runs(short_runs: Path, short: ShortTrainingConfig, seeds: tuple[int, ..
             where = Path(short_runs) / run_name(v, s)
             stage = f"evaluate_short@{run_name(v, s)}"
             got = files.read_json(where / LENGTHS, f"run `dvc repro {stage}`")
-            made = [b.get("sources") for b in got.get("buckets", [])] if isinstance(got, dict) else None
+            buckets = got.get("buckets") if isinstance(got, dict) else None
+            made = ([b.get("sources") for b in buckets] if isinstance(buckets, list)
+                    and all(isinstance(b, dict) for b in buckets) else None)
             if made is None or got.get("variant", v) != v or got.get("seed", s) != s:
                 raise UserError(f"{where / LENGTHS}: not the lengths of {run_name(v, s)}; `dvc repro -f {stage}`")
             if got.get("max_len", short.max_len) != short.max_len or made != names:
