@@ -54,6 +54,7 @@ from posenc import numerics  # noqa: E402
 numerics.apply(numerics.mode_from_argv(sys.argv[1:]))  # before torch loads its kernels
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from posenc import config, tokens  # noqa: E402
 
@@ -241,8 +242,6 @@ def child_fairseq(a) -> dict:
 
 
 def child_eole(a) -> dict:
-    import yaml
-
     torch.set_num_threads(1)
     from eole import trainer
     from eole.bin.main import main as eole_main
@@ -258,11 +257,7 @@ def child_eole(a) -> dict:
         dev.append(stats.ppl())
         return stats
     trainer.Trainer.validate = unsmoothed
-    model, cfg = settings(a.params)
-    sp = tokens.load_tokenizer(a.arrays.parent / "spm.model")
-    batch = eole_batch(a.arrays, sp.eos_id(), cfg.max_tokens)
-    (a.work / "eole.yaml").write_text(yaml.safe_dump(eole_config(a.work, model, cfg, a.updates, batch)))
-    sys.argv = ["eole", "train", "-config", str(a.work / "eole.yaml")]
+    sys.argv = ["eole", "train", "-config", str(a.work / "eole.yaml")]  # main() wrote it
     with contextlib.redirect_stdout(sys.stderr):
         eole_main()
     return timed.result(dev[-1])
@@ -439,6 +434,10 @@ def main() -> None:
         write_text(a.arrays, sp, work)
         if "fairseq" in toolkits or a.model:
             fairseq_binarize(work)
+        if "eole" in toolkits:  # its config, once for every round
+            batch = eole_batch(a.arrays, sp.eos_id(), train_config.max_tokens)
+            (work / "eole.yaml").write_text(yaml.safe_dump(eole_config(work, model_config, train_config,
+                                                                       a.updates, batch)))
         per_token, peak = flops_and_peak(a)
         results: dict[str, list[dict]] = {k: [] for k in toolkits}
         for r in range(a.rounds):

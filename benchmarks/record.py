@@ -14,22 +14,12 @@ through. A command that fails leaves the record as it was.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import shlex
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
-from posenc import files, numerics
-
-
-def header(command: list[str]) -> str:
-    cpu = numerics.cpu()
-    return (f"`{shlex.join(command)}`, on {datetime.date.today().isoformat()}: {cpu['vendor']} family "
-            f"{cpu['family']} model {cpu['model']} (`lscpu`), {len(os.sched_getaffinity(0))} "
-            f"CPUs available, torch {version('torch')}.")
+from posenc import records
 
 
 def main() -> int:
@@ -49,7 +39,7 @@ def main() -> int:
         print(f"record: `{shlex.join(command)}` exited with {process.returncode}; {a.out} left as it was",
               file=sys.stderr)
         return 1
-    files.write_text(a.out, header(command) + "\n\n```text\n" + "".join(kept).rstrip("\n") + "\n```\n")
+    records.write(a.out, command, kept)
     print(f"record: {a.out} ({len(kept)} lines)", file=sys.stderr)
     return 0
 

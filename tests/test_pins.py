@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from conftest import MIRROR, ROOT, TINY, error_line, posenc
-from posenc import pinning, runs
+from posenc import files, pinning, runs
+from posenc.errors import UserError
 
 BIN = Path(sys.executable).parent
 
@@ -129,3 +130,99 @@ def test_the_plan_runs_a_unit_from_its_first_stale_stage_to_its_end(tmp_path):
     assert got["a-1"] == (stages[:4], "train@a-1")          # cut after training, weights gone: retrained
     assert got["b-1"] == (stages[5:8], None)                # weights here: from its evaluation on
     assert got["c-1"] == (stages[8:], None)                 # never run: the whole unit
+
+
+def state_of(stages: list[str], pinned: set[str]) -> pinning.State:
+    units = pinning.units(stages)
+    return pinning.State(tuple(units), pinned=frozenset(pinned), missing=frozenset(u.name for u in units) - pinned,
+                         partial=frozenset(), stale=frozenset(), to_run=frozenset(), locked=frozenset(),
+                         order=tuple(stages))
+
+
+RUN_ORDER = ["train@sinusoidal-1", "train@learned-1", "train@rope-1", "train@relative-1",
+             "train_residual@concat-3-1", "train_short@rope-1"]
+
+
+def test_the_cross_cpu_check_takes_one_unit_of_each_side():
+    from posenc.stages.pin import to_check
+
+    every = {"sinusoidal-1", "learned-1", "rope-1", "relative-1", "residual-concat-3-1", "short-rope-1"}
+    assert to_check(state_of(RUN_ORDER, every)) == ["sinusoidal-1", "rope-1"]
+    assert to_check(state_of(RUN_ORDER, {"learned-1", "residual-concat-3-1"})) == ["learned-1", "residual-concat-3-1"]
+    assert to_check(state_of(RUN_ORDER, {"sinusoidal-1", "learned-1"})) == ["sinusoidal-1"]
+    assert to_check(state_of(RUN_ORDER, set())) == []
+
+
+def verify_printing(said: str, code: int):
+    """`posenc verify`, as pin runs it, having printed `said` with exit `code`."""
+    calls = []
+
+    def fake(command, **kwargs):
+        calls.append(command[-1])
+        return subprocess.CompletedProcess(command, code, stdout=said.format(run=command[-1]))
+    return fake, calls
+
+
+def test_on_a_cpu_new_to_the_run_pin_verifies_first_keeps_the_records_and_stops_on_a_difference(tmp_path, monkeypatch):
+    """The checks run only where this CPU made no pinned unit; each verify is kept as a record in
+    the CPU's directory; a pass recorded is not run again; a difference stops the run in one line,
+    its record kept."""
+    from posenc import records
+    from posenc.stages import pin, verify
+
+    units = tmp_path / "docs/records/units"
+    st = state_of(RUN_ORDER, {"sinusoidal-1", "rope-1"})
+    for name in st.pinned:
+        files.write_json(units / f"{name}.json", {"unit": name, "cpu": "GenuineIntel family 6 model 999"})
+    fake, calls = verify_printing(verify.REPRODUCES + "update 100, sha256 ab)\n", 0)
+    monkeypatch.setattr(pin.subprocess, "run", fake)
+    pin.check_this_cpu(tmp_path, st, units)
+    assert calls == ["sinusoidal-1", "rope-1"]
+    kept = tmp_path / "docs/records" / records.cpu_dir() / "verify-rope-1.md"
+    cpu, printed = records.read(kept)
+    assert cpu == records.cpu_name() and verify.reproduced(printed, "rope-1")
+    assert [(c, u, ok) for c, u, ok in pinning.verifications(tmp_path / "docs/records")] == [
+        (records.cpu_name(), "rope-1", True), (records.cpu_name(), "sinusoidal-1", True)]
+    pin.check_this_cpu(tmp_path, st, units)
+    assert calls == ["sinusoidal-1", "rope-1"]  # both recorded as passing: not run again
+
+    kept.unlink()
+    fake, calls = verify_printing("verify: this machine does not reproduce the pinned bits of {run}: update 3 "
+                                  "differs first\n", 1)
+    monkeypatch.setattr(pin.subprocess, "run", fake)
+    with pytest.raises(UserError, match=r"verify-rope-1.md: rope-1 does not reproduce its pinned bits on .*stops"):
+        pin.check_this_cpu(tmp_path, st, units)
+    assert calls == ["rope-1"] and not pinning.verifications(tmp_path / "docs/records")[0][2]
+
+    files.write_json(units / "rope-1.json", {"unit": "rope-1", "cpu": records.cpu_name()})
+    fake, calls = verify_printing("", 1)
+    monkeypatch.setattr(pin.subprocess, "run", fake)
+    pin.check_this_cpu(tmp_path, st, units)
+    assert calls == []  # this CPU made a pinned unit: the run is already on it
+
+
+def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path):
+    from posenc import records
+    from posenc.stages import pins
+
+    units = tmp_path / "units"
+    st = state_of(RUN_ORDER, {"sinusoidal-1", "rope-1"})
+    files.write_json(units / "sinusoidal-1.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 10})
+    files.write_json(units / "rope-1.json", {"cpu": "GenuineIntel family 6 model 207", "wall_s": 20, "retrained": {
+        "stage": "train@rope-1", "lock_unchanged": True, "first_made_on": "AuthenticAMD family 25 model 1"}})
+    (tmp_path / "intel-6-167").mkdir()
+    (tmp_path / "intel-6-167/verify-sinusoidal-1.md").write_text(
+        "`posenc verify sinusoidal-1`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
+        "torch 2.13.0+cpu.\n\n```text\nverify: this machine reproduces the pinned bits of sinusoidal-1 (update 100, "
+        "sha256 ab)\n```\n")
+    text = pins.markdown(st, units)
+    assert "- AuthenticAMD family 25 model 1: sinusoidal-1 (10 s)" in text
+    assert "- GenuineIntel family 6 model 167: sinusoidal-1 (reproduces)" in text
+    assert ("- GenuineIntel family 6 model 207: rope-1 retrained whole after AuthenticAMD family 25 model 1: "
+            "dvc.lock unchanged") in text
+    (tmp_path / "intel-6-167/verify-sinusoidal-1.md").write_text("a note by hand\n")
+    with pytest.raises(UserError, match="verify-sinusoidal-1.md: not a record"):
+        pins.markdown(st, units)
+    files.write_json(units / "rope-1.json", ["a list"])
+    with pytest.raises(UserError, match="rope-1.json: not a unit's record"):
+        pins.markdown(st, units)

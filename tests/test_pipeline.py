@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from conftest import MIRROR, ROOT, TINY
+from posenc import pinning, records
 from posenc.pinning import only_missing
 
 BIN = Path(sys.executable).parent
@@ -208,7 +209,15 @@ def pin_in_pieces(work: Path, tmp_path: Path) -> Path:
     clone = tmp_path / "pinned"  # (pull_into_a_fresh_clone's is "clone")
     sh("git", "clone", "-q", str(work), str(clone), cwd=tmp_path)
     assert not (clone / "models/concat-1/model.pt").exists()
+    for record in (clone / "docs/records/units").glob("*.json"):  # as if another CPU had made the two
+        record.write_text(record.read_text().replace(records.cpu_name(), "GenuineIntel family 6 model 999"))
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "made elsewhere", cwd=clone)
     out = sh("make", "--no-print-directory", "pipeline", cwd=clone)
+    # a CPU new to the run verifies a pinned unit first (no unit of the attention side is pinned
+    # yet), and keeps what verify printed as a record that README's status block reads
+    assert "made none of the pinned units: posenc verify sinusoidal-1 first" in out, out
+    assert "posenc verify learned-1" not in out, out
+    assert pinning.verifications(clone / "docs/records") == [(records.cpu_name(), "sinusoidal-1", True)]
     assert "pin: 2 of 14 units pinned; running 12, 2 at a time" in out, out
     assert "concat-1: done in" in out and "retrained: dvc.lock unchanged" in out, out
     assert "pin: sinusoidal-1 started" not in out and "pin: learned-1 started" not in out  # landed: never run again

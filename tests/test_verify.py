@@ -148,3 +148,25 @@ def test_a_train_log_cut_to_one_column_is_named_before_the_cpu(tiny_data, pinned
         assert "the CPU's arithmetic" not in cause
     finally:
         log.write_text(original)
+
+
+EVALUATE = (f"posenc evaluate --seed 1 --model vpins/{RUN}/model.pt --last vpins/{RUN}/last.pt "
+            f"--spm data/prepared/spm.model --arrays data/prepared/arrays --raw data/raw/multi30k "
+            f"--metrics vpins/{RUN}/metrics.json --scores vpins/{RUN}/scores.json "
+            f"--signatures vpins/{RUN}/signatures.json --hyps vpins/{RUN}/hyps")
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"", "a hypothesis for only 0 of the "),
+    (b"ein Mann\n", "a hypothesis for only 1 of the "),
+    (b"ein Mann\nein Caf\xe9\n", "not UTF-8 text"),
+])
+def test_pinned_dev_hypotheses_cut_short_or_not_utf8_are_one_line(tiny_data, pinned, content, said):
+    """Issue 49: the pinned hypotheses verify compares its decoding with, damaged: one line naming
+    the file and `git checkout`, never an IndexError or the CPU blamed."""
+    hyps = tiny_data / f"vpins/{RUN}/hyps"
+    hyps.mkdir(exist_ok=True)
+    (hyps / "val.de").write_bytes(content)
+    (tiny_data / "v.lock").write_text(pinned + f"  evaluate@{RUN}:\n    cmd: {EVALUATE}\n")
+    line = one_line(posenc("verify", RUN, "--lock", "v.lock", "--sentences", "2", cwd=tiny_data))
+    assert f"vpins/{RUN}/hyps/val.de: {said}" in line and f"`git checkout vpins/{RUN}/hyps/val.de`" in line, line

@@ -16,9 +16,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from posenc import files
+from posenc import files, records
 from posenc.errors import UserError
 from posenc.runs import PARTS, lock_stages, unit_of
+from posenc.stages.verify import reproduced
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,28 @@ def read_lock(root: Path) -> dict:
     """dvc.lock's stages, {} where there is none; a corrupt file is one line."""
     path = root / "dvc.lock"
     return lock_stages(path) if path.is_file() else {}
+
+
+def unit_record(path: Path) -> dict:
+    """A unit's record (`make pin` writes it when the unit ends: the CPU, threads, wall time of
+    each stage); {} where there is none; a corrupt one is one line."""
+    if not path.is_file():
+        return {}
+    record = files.read_json(path, f"make pin writes it when the unit ends; `git checkout {path}`")
+    if not isinstance(record, dict) or not isinstance(record.get("cpu", ""), str):
+        raise UserError(f"{path}: not a unit's record (an object naming its cpu); `git checkout {path}`")
+    return record
+
+
+def verifications(records_root: Path) -> list[tuple[str, str, bool]]:
+    """(CPU, unit, reproduced) of every kept `posenc verify` of a unit: the records
+    docs/records/<cpu>/verify-<unit>.md that `posenc pin` writes on a CPU new to the run."""
+    found = []
+    for path in sorted(records_root.glob("*/verify-*.md")):
+        unit = path.stem.removeprefix("verify-")
+        cpu, printed = records.read(path)
+        found.append((cpu, unit, reproduced(printed, unit)))
+    return found
 
 
 MISSING = ("deleted", "not in cache")

@@ -4,6 +4,10 @@
    dvc.lock whose data stages were made under other data or tokenizer params (another profile),
    and, unless --repin, a dvc.lock whose pinned units the current code or params would all re-pin.
 2. `dvc repro fetch prepare shorten`: the data, byte for byte what dvc.lock records (checked).
+   On a CPU that made none of the pinned units (their records say which did), `posenc verify`
+   two of them first, one with positions at the first layer and one with positions inside
+   attention, each kept as a record (docs/records/<cpu>/verify-<unit>.md); if either does not
+   reproduce, stop: units made here would not be the bits of those pinned (issue 50).
 3. Every unit that is not pinned (posenc.pinning: DVC's own answer), JOBS at a time, each unit's
    stages in order, each as `dvc --wait-for-lock repro --allow-missing --single-item STAGE`
    (without --single-item two processes would collide on the skipped stages' outputs). A unit
@@ -26,8 +30,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from posenc import config, files, numerics, pinning
+from posenc import config, files, pinning, records
 from posenc.errors import UserError
+from posenc.stages import verify
 
 COMMITTED = ("src", "dvc.yaml", "params.yaml", "pyproject.toml", "requirements.lock")
 DATA_STAGES = ("fetch", "prepare", "shorten")
@@ -80,13 +85,46 @@ def make_data(root: Path) -> None:
                         f"back); the data differ on this machine: see docs/troubleshooting.md")
 
 
-def cpu_name() -> str:
-    c = numerics.cpu()
-    return f"{c['vendor']} family {c['family']} model {c['model']}"
+# The cross-CPU check verifies the first pinned unit (in the run's order) of each side: positions
+# summed or set beside the tokens at the first layer, and positions inside attention (other
+# kernels: rotated queries and keys, biased logits, Shaw's terms); while no unit of the second
+# side is pinned, a unit of the residual study stands for it.
+INPUT_SIDE = ("sinusoidal", "learned", "concat", "sinusoidal_narrow", "none")
+ATTENTION_SIDE = ("rope", "alibi", "relative")
+
+
+def to_check(st: pinning.State) -> list[str]:
+    """The pinned units the cross-CPU check verifies: one of each side, where one is pinned."""
+    pinned = [u for u in st.units if u.name in st.pinned]
+    variant = {u.name: u.name.rpartition("-")[0] for u in pinned if u.part == "positional"}
+    first = [u for u in pinned if variant.get(u.name) in INPUT_SIDE][:1]
+    second = ([u for u in pinned if variant.get(u.name) in ATTENTION_SIDE]
+              or [u for u in pinned if u.part == "residual"])[:1]
+    return [u.name for u in first + second]
+
+
+def check_this_cpu(root: Path, st: pinning.State, units_records: Path) -> None:
+    """On a CPU that made none of the pinned units, verify two of them first (see the docstring)."""
+    here = records.cpu_name()
+    made = {pinning.unit_record(units_records / f"{unit}.json").get("cpu") for unit in st.pinned}
+    if not st.pinned or here in made:
+        return
+    for unit in to_check(st):
+        record = units_records.parent / records.cpu_dir() / f"verify-{unit}.md"
+        if record.is_file() and verify.reproduced(records.read(record)[1], unit):
+            continue
+        print(f"pin: {here} made none of the pinned units: posenc verify {unit} first ({record})", flush=True)
+        done = subprocess.run([sys.executable, "-m", "posenc", "verify", unit], cwd=root, stdout=subprocess.PIPE,
+                              text=True)  # stderr (its progress) passes through
+        sys.stdout.write(done.stdout)
+        records.write(record, ["posenc", "verify", unit], done.stdout.splitlines(keepends=True))
+        if done.returncode != 0 or not verify.reproduced(done.stdout.splitlines(), unit):
+            raise UserError(f"{record}: {unit} does not reproduce its pinned bits on {here}, so units made here "
+                            f"would not be the pinned run's; the run stops (docs/troubleshooting.md)")
 
 
 def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None, lock_before: dict,
-             logs: Path, records: Path, threads: dict) -> str:
+             logs: Path, unit_records: Path, threads: dict) -> str:
     """Run one unit's stages in order; a record when it ends whole. Returns its one-line summary."""
     log = logs / f"{unit.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -106,12 +144,15 @@ def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None,
             if done.returncode != 0:
                 return f"FAILED at {stage} (exit {done.returncode}; {log})"
     lock = pinning.read_lock(root)
-    record = {"unit": unit.name, "part": unit.part, "cpu": cpu_name(), "threads": threads,
+    record = {"unit": unit.name, "part": unit.part, "cpu": records.cpu_name(), "threads": threads,
               "stages_s": took, "wall_s": round(time.monotonic() - start, 1),
               "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    if force:
-        record["retrained"] = {"stage": force, "lock_unchanged": lock.get(force) == lock_before.get(force)}
-    files.write_json(records / f"{unit.name}.json", record)
+    path = unit_records / f"{unit.name}.json"
+    if force:  # its earlier record (committed with the unit) named the CPU that first made it
+        first = pinning.unit_record(path).get("cpu")
+        record["retrained"] = {"stage": force, "lock_unchanged": lock.get(force) == lock_before.get(force),
+                               "first_made_on": first}
+    files.write_json(path, record)
     retrained = ""
     if force:
         retrained = ", retrained: dvc.lock " + ("unchanged" if record["retrained"]["lock_unchanged"] else "CHANGED")
@@ -148,6 +189,7 @@ def run(args) -> int:
     make_data(root)
     lock = pinning.read_lock(root)
     st = pinning.state(root)
+    check_this_cpu(root, st, Path(args.records))
     stale_pins = sorted(st.stale)
     if stale_pins and not st.pinned and not args.repin:
         raise UserError(f"dvc.lock: all {len(stale_pins)} pinned units (first {stale_pins[0]}) are stale "
@@ -159,7 +201,7 @@ def run(args) -> int:
     threads = {"train": config.load_value(params, "train.threads", config.Positive),
                "eval": config.load_value(params, "eval.threads", config.Positive)}
     print(f"pin: {len(st.pinned)} of {len(st.units)} units pinned; running {len(work)}, {args.jobs} at a "
-          f"time, on {cpu_name()} (logs in {args.logs}/)", flush=True)
+          f"time, on {records.cpu_name()} (logs in {args.logs}/)", flush=True)
     failed = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_unit, root, unit, todo, force, lock, Path(args.logs), Path(args.records),

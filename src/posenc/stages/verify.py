@@ -31,7 +31,14 @@ from posenc import config, files, runs
 from posenc.errors import UserError
 
 
-FIX_LOCK = "`git checkout dvc.lock` restores the committed one"
+# The verdict's words when this machine gives the pinned bits: `posenc pin` and README's status
+# block read a kept record of verify by them (reproduced()).
+REPRODUCES = "verify: this machine reproduces the pinned bits of {run} ("
+
+
+def reproduced(printed: list[str], run: str) -> bool:
+    """Whether what `posenc verify RUN` printed says this machine reproduces RUN's pinned bits."""
+    return any(line.startswith(REPRODUCES.format(run=run)) for line in printed)
 
 
 @functools.cache
@@ -39,7 +46,7 @@ def _stages(lock: Path) -> dict:
     """dvc.lock's stages, read once (posenc.cli asks for the mode, then the run for the rest)."""
     if not lock.is_file():
         raise UserError(f"{lock}: missing; run from the project root or pass --lock")
-    return runs.lock_stages(lock, FIX_LOCK)
+    return runs.lock_stages(lock)
 
 
 def _unit(lock: Path, run: str) -> tuple[str, str | None]:
@@ -73,9 +80,9 @@ def _pinned_command(lock: Path, name: str, command: str):
     try:
         words = shlex.split(cmd if isinstance(cmd, str) else " ".join(map(str, cmd or [])))
     except ValueError as e:  # an unclosed quote
-        raise UserError(f"{lock}: {name}'s cmd is not a command line ({e}); {FIX_LOCK}") from None
+        raise UserError(f"{lock}: {name}'s cmd is not a command line ({e}); {runs.RESTORE_LOCK}") from None
     if command not in words:
-        raise UserError(f"{lock}: {name}'s cmd runs no `posenc {command}`; {FIX_LOCK}")
+        raise UserError(f"{lock}: {name}'s cmd runs no `posenc {command}`; {runs.RESTORE_LOCK}")
     i = words.index(command)
     if command == "train" and "--digests" not in words:
         raise UserError(f"{lock}: {name} was pinned before posenc recorded digests, so there is "
@@ -83,7 +90,7 @@ def _pinned_command(lock: Path, name: str, command: str):
     try:
         return words[:i], cli.parser().parse_args(words[i:])
     except SystemExit:  # argparse said why on stderr
-        raise UserError(f"{lock}: {name}'s cmd is not one this posenc runs; {FIX_LOCK}") from None
+        raise UserError(f"{lock}: {name}'s cmd is not one this posenc runs; {runs.RESTORE_LOCK}") from None
 
 
 def _pins(args) -> tuple[list[str], object, dict]:
@@ -241,7 +248,7 @@ def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None, str
         raise UserError(f"{hyps_file}: not UTF-8 text; `git checkout {hyps_file.relative_to(root)}`") from None
     compared = [i for i, ids in enumerate(out) if ids or i < n]
     if compared and len(pinned) <= compared[-1]:
-        raise UserError(f"{hyps_file}: {len(pinned)} lines, fewer than the {compared[-1] + 1} sentences "
+        raise UserError(f"{hyps_file}: a hypothesis for only {len(pinned)} of the {compared[-1] + 1} sentences "
                         f"compared; `git checkout {hyps_file.relative_to(root)}`")
     for i in compared:
         if sp.decode(out[i]) != pinned[i]:
@@ -291,6 +298,5 @@ def run(args) -> int:
                   f"cause: {_causes(pins, mine, edited)}")
             return 1
         decoded = f", and its first {compared} dev hypotheses" if compared else f"; {skipped}"
-    print(f"verify: this machine reproduces the pinned bits of {args.run} (update {first['step']}, "
-          f"sha256 {digest}){decoded}")
+    print(REPRODUCES.format(run=args.run) + f"update {first['step']}, sha256 {digest}){decoded}")
     return 0
