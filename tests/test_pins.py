@@ -168,19 +168,19 @@ def test_on_a_cpu_new_to_the_run_pin_verifies_first_keeps_the_records_and_stops_
     the CPU's directory; a pass recorded is not run again; a difference stops the run in one line,
     its record kept."""
     from posenc import records
-    from posenc.stages import pin, verify
+    from posenc.stages import pin
 
     units = tmp_path / "docs/records/units"
     st = state_of(RUN_ORDER, {"sinusoidal-1", "rope-1"})
     for name in st.pinned:
         files.write_json(units / f"{name}.json", {"unit": name, "cpu": "GenuineIntel family 6 model 999"})
-    fake, calls = verify_printing(verify.REPRODUCES + "update 100, sha256 ab)\n", 0)
+    fake, calls = verify_printing(records.REPRODUCES + "update 100, sha256 ab)\n", 0)
     monkeypatch.setattr(pin.subprocess, "run", fake)
     pin.check_this_cpu(tmp_path, st, units)
     assert calls == ["sinusoidal-1", "rope-1"]
     kept = tmp_path / "docs/records" / records.cpu_dir() / "verify-rope-1.md"
     cpu, printed = records.read(kept)
-    assert cpu == records.cpu_name() and verify.reproduced(printed, "rope-1")
+    assert cpu == records.cpu_name() and records.reproduced(printed, "rope-1")
     assert [(c, u, ok) for c, u, ok in pinning.verifications(tmp_path / "docs/records")] == [
         (records.cpu_name(), "rope-1", True), (records.cpu_name(), "sinusoidal-1", True)]
     pin.check_this_cpu(tmp_path, st, units)
@@ -202,7 +202,6 @@ def test_on_a_cpu_new_to_the_run_pin_verifies_first_keeps_the_records_and_stops_
 
 
 def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path):
-    from posenc import records
     from posenc.stages import pins
 
     units = tmp_path / "units"
@@ -224,5 +223,5 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
     with pytest.raises(UserError, match="verify-sinusoidal-1.md: not a record"):
         pins.markdown(st, units)
     files.write_json(units / "rope-1.json", ["a list"])
-    with pytest.raises(UserError, match="rope-1.json: not a unit's record"):
+    with pytest.raises(UserError, match="rope-1.json: not the JSON object make pin writes"):
         pins.markdown(st, units)

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from posenc import files, records
 from posenc.errors import UserError
-from posenc.runs import PARTS, lock_stages, unit_of
-from posenc.stages.verify import reproduced
+from posenc.runs import PARTS, lock_stages, read_object, unit_of
 
 
 @dataclass(frozen=True)
@@ -88,9 +87,9 @@ def unit_record(path: Path) -> dict:
     each stage); {} where there is none; a corrupt one is one line."""
     if not path.is_file():
         return {}
-    record = files.read_json(path, f"make pin writes it when the unit ends; `git checkout {path}`")
-    if not isinstance(record, dict) or not isinstance(record.get("cpu", ""), str):
-        raise UserError(f"{path}: not a unit's record (an object naming its cpu); `git checkout {path}`")
+    record = read_object(path, f"`git checkout {path}`", "make pin")
+    if not isinstance(record.get("cpu", ""), str):
+        raise UserError(f"{path}: not a unit's record (its cpu is not a name); `git checkout {path}`")
     return record
 
 
@@ -101,7 +100,7 @@ def verifications(records_root: Path) -> list[tuple[str, str, bool]]:
     for path in sorted(records_root.glob("*/verify-*.md")):
         unit = path.stem.removeprefix("verify-")
         cpu, printed = records.read(path)
-        found.append((cpu, unit, reproduced(printed, unit)))
+        found.append((cpu, unit, records.reproduced(printed, unit)))
     return found
 
 

@@ -25,6 +25,16 @@ VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
 _CPU = re.compile(r"^`.*`, on \d{4}-\d\d-\d\d: (\S+ family \S+ model \S+) \(`lscpu`\)")
 
 
+# `posenc verify`'s verdict when this machine gives the pinned bits: `posenc pin` and README's
+# status block read a kept record of verify by these words (reproduced()).
+REPRODUCES = "verify: this machine reproduces the pinned bits of {run} ("
+
+
+def reproduced(printed: list[str], run: str) -> bool:
+    """Whether what `posenc verify RUN` printed says this machine reproduces RUN's pinned bits."""
+    return any(line.startswith(REPRODUCES.format(run=run)) for line in printed)
+
+
 def cpu_name(cpu: dict | None = None) -> str:
     """`AuthenticAMD family 25 model 1`: how records, unit records and README name a CPU."""
     c = cpu or numerics.cpu()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from posenc import files
 from posenc.config import POSITIONAL
 from posenc.errors import UserError
 
@@ -83,6 +84,15 @@ def result_dir(runs: Path, variant: str, seed: int) -> Path:
 
 def dev_log_path(runs: Path, variant: str, seed: int) -> Path:
     return result_dir(runs, variant, seed) / DEV_LOG
+
+
+def read_object(path: Path, fix: str, writer: str = "its stage") -> dict:
+    """A JSON object that `writer` wrote (a run's metrics, scores, signatures; a unit's record):
+    a file that is missing, not JSON or not an object is one line naming it and `fix`."""
+    got = files.read_json(path, fix)
+    if not isinstance(got, dict):
+        raise UserError(f"{path}: not the JSON object {writer} writes; {fix}")
+    return got
 
 
 RESTORE_LOCK = "`git checkout dvc.lock` restores the committed one"

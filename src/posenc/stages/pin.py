@@ -32,7 +32,6 @@ from pathlib import Path
 
 from posenc import config, files, pinning, records
 from posenc.errors import UserError
-from posenc.stages import verify
 
 COMMITTED = ("src", "dvc.yaml", "params.yaml", "pyproject.toml", "requirements.lock")
 DATA_STAGES = ("fetch", "prepare", "shorten")
@@ -111,14 +110,14 @@ def check_this_cpu(root: Path, st: pinning.State, units_records: Path) -> None:
         return
     for unit in to_check(st):
         record = units_records.parent / records.cpu_dir() / f"verify-{unit}.md"
-        if record.is_file() and verify.reproduced(records.read(record)[1], unit):
+        if record.is_file() and records.reproduced(records.read(record)[1], unit):
             continue
         print(f"pin: {here} made none of the pinned units: posenc verify {unit} first ({record})", flush=True)
         done = subprocess.run([sys.executable, "-m", "posenc", "verify", unit], cwd=root, stdout=subprocess.PIPE,
                               text=True)  # stderr (its progress) passes through
         sys.stdout.write(done.stdout)
         records.write(record, ["posenc", "verify", unit], done.stdout.splitlines(keepends=True))
-        if done.returncode != 0 or not verify.reproduced(done.stdout.splitlines(), unit):
+        if done.returncode != 0 or not records.reproduced(done.stdout.splitlines(), unit):
             raise UserError(f"{record}: {unit} does not reproduce its pinned bits on {here}, so units made here "
                             f"would not be the pinned run's; the run stops (docs/troubleshooting.md)")
 

@@ -26,7 +26,8 @@ from posenc.corpora import SRC
 from posenc.errors import UserError
 from posenc.figures import STYLE, pyplot, save_figure, style
 from posenc.report_config import ReportConfig
-from posenc.runs import EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_log_path, result_dir, run_name
+from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_log_path, read_object, result_dir,
+                         run_name)
 from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, paired_bootstrap, seed_bootstrap, sentence_statistics
 from posenc.tables import VERDICTS, cell, markdown_table, p_is, p_text, span, summarize, to_csv, verdict
@@ -60,8 +61,8 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
         for s in seeds:
             where = result_dir(runs_dir, v, s)
             again = f"`dvc repro -f evaluate@{run_name(v, s)}` writes it again"
-            metrics = {**_mapping(where / METRICS, again), **_mapping(where / SCORES, again)}
-            signatures = _mapping(where / SIGNATURES, again)
+            metrics = {**read_object(where / METRICS, again), **read_object(where / SCORES, again)}
+            signatures = read_object(where / SIGNATURES, again)
             try:
                 scores = {m: {split: metrics[f"{m}_{split}"] for split in corpus.scored} for m in MEASURES}
                 parameters, dev_ppl = metrics["parameters"], metrics["dev_ppl"]
@@ -70,7 +71,7 @@ def load_runs(runs_dir: Path, variants: tuple[str, ...], seeds: tuple[int, ...],
                                 f"evaluate stage: run `dvc repro evaluate`") from None
             runs.append({"variant": v, "seed": s, "parameters": parameters,
                          "dev_ppl": dev_ppl, "signature": signatures, "hyps": where / HYPS,
-                         "extrapolation": _mapping(where / EXTRAPOLATION,
+                         "extrapolation": read_object(where / EXTRAPOLATION,
                                                    f"`dvc repro -f extrapolate@{run_name(v, s)}` writes it again"),
                          **scores})
     return runs
@@ -614,14 +615,6 @@ def plot_bleu_by_length(rows: list[dict], path: Path) -> None:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     save_figure(fig, path)
-
-
-def _mapping(path: Path, fix: str) -> dict:
-    """A JSON object a stage wrote; anything else is one line naming the file and `fix`."""
-    got = files.read_json(path, fix)
-    if not isinstance(got, dict):
-        raise UserError(f"{path}: not the JSON object its stage writes; {fix}")
-    return got
 
 
 def read_dev_log(path: Path) -> list[tuple[int, float]]:

@@ -22,7 +22,7 @@ from posenc.config import MAY_BE_EMPTY, Positive
 from posenc.errors import UserError
 from posenc.figures import pyplot, save_figure
 from posenc.report_config import ReportConfig
-from posenc.runs import HIGHWAY, HYPS, METRICS, SCORES, SIGNATURES, residual_name, result_dir
+from posenc.runs import HIGHWAY, HYPS, METRICS, SCORES, SIGNATURES, read_object, residual_name, result_dir
 from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, seed_bootstrap, sentence_statistics
 from posenc.tables import cell, markdown_table, p_is, summarize, to_csv
@@ -119,10 +119,7 @@ def load(dirs: dict, scored: tuple[str, ...]) -> dict:
         again = "its evaluate stage writes it again (`dvc repro -f`)"
         metrics = {}
         for name in (METRICS, SCORES):
-            got = files.read_json(where / name, again)
-            if not isinstance(got, dict):
-                raise UserError(f"{where / name}: not the JSON object evaluate writes; {again}")
-            metrics |= got
+            metrics |= read_object(where / name, again, "evaluate")
         wanted = ["parameters", "dev_ppl", *(f"{m}_{s}" for s in scored for m in ("bleu", "chrf"))]
         if missing := [k for k in wanted if k not in metrics]:
             raise UserError(f"{where / METRICS}: no {', '.join(missing)} (here or in {SCORES}); {again}")

@@ -28,17 +28,10 @@ from pathlib import Path
 import yaml
 
 from posenc import config, files, runs
+from posenc.records import REPRODUCES
 from posenc.errors import UserError
 
 
-# The verdict's words when this machine gives the pinned bits: `posenc pin` and README's status
-# block read a kept record of verify by them (reproduced()).
-REPRODUCES = "verify: this machine reproduces the pinned bits of {run} ("
-
-
-def reproduced(printed: list[str], run: str) -> bool:
-    """Whether what `posenc verify RUN` printed says this machine reproduces RUN's pinned bits."""
-    return any(line.startswith(REPRODUCES.format(run=run)) for line in printed)
 
 
 @functools.cache
