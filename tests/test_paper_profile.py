@@ -61,7 +61,7 @@ def test_only_size_keys_differ_from_the_paper_profile():
 
 
 @pytest.mark.slow
-def test_the_paper_profile_runs_through_dvc_repro_with_two_torchrun_processes(tmp_path):
+def test_the_paper_profile_runs_through_dvc_repro_with_two_torchrun_processes(tmp_path, mirror):  # mirror: without the data, one line
     work = tmp_path / "paper"
     work.mkdir()
     for name in ("src", "dvc.yaml", "pyproject.toml", ".gitignore", "results/earlier"):

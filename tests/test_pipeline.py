@@ -57,7 +57,7 @@ def sh(*args: str, cwd: Path) -> str:
 
 
 @pytest.mark.slow
-def test_dvc_repro_twice_gives_identical_outputs(tmp_path):
+def test_dvc_repro_twice_gives_identical_outputs(tmp_path, mirror):  # mirror: without the data, one line
     work = tmp_path / "project"
     work.mkdir()
     for name in ("src", "dvc.yaml", "pyproject.toml", ".gitignore", "Makefile", "results/earlier"):
