@@ -13,6 +13,9 @@ kept and how many evaluation sentences lie beyond the bound.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import itertools
 import os
 import shutil
 import tempfile
@@ -61,9 +64,19 @@ def run(args) -> None:
             stats["sources_beyond_max_len"][split] = {
                 "sentences": len(sources), "beyond": sum(len(s) > limit for s in sources)}
         files.write_json(staging / "stats", stats)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging / "arrays", out)
+        # The earlier output is moved aside whole (into the staging directory, removed below), then
+        # ours moved in. Another run at once may put its own in place between the two moves: ours
+        # then moves that aside too, so the directory is always one run's whole output.
+        for attempt in itertools.count():
+            if out.exists():
+                with contextlib.suppress(FileNotFoundError):  # the other run moved it first
+                    os.replace(out, staging / f"replaced-{attempt}")
+            try:
+                os.replace(staging / "arrays", out)
+                break
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
         os.replace(staging / "stats", stats_path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
