@@ -181,7 +181,7 @@ def test_on_a_cpu_new_to_the_run_pin_verifies_first_keeps_the_records_and_stops_
     kept = tmp_path / "docs/records" / records.cpu_dir() / "verify-rope-1.md"
     cpu, printed = records.read(kept)
     assert cpu == records.cpu_name() and records.reproduced(printed, "rope-1")
-    assert [(c, u, ok) for c, u, ok in pinning.verifications(tmp_path / "docs/records")] == [
+    assert pinning.verifications(tmp_path / "docs/records") == [
         (records.cpu_name(), "rope-1", True), (records.cpu_name(), "sinusoidal-1", True)]
     pin.check_this_cpu(tmp_path, st, units)
     assert calls == ["sinusoidal-1", "rope-1"]  # both recorded as passing: not run again

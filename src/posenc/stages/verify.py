@@ -28,10 +28,8 @@ from pathlib import Path
 import yaml
 
 from posenc import config, files, runs
-from posenc.records import REPRODUCES
 from posenc.errors import UserError
-
-
+from posenc.records import REPRODUCES
 
 
 @functools.cache
