@@ -214,9 +214,13 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
         "`posenc verify sinusoidal-1`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
         "torch 2.13.0+cpu.\n\n```text\nverify: this machine reproduces the pinned bits of sinusoidal-1 (update 100, "
         "sha256 ab)\n```\n")
+    (tmp_path / "intel-6-167/retrain-sinusoidal-1.md").write_text(
+        "`sh -c 'dvc repro ...'`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
+        "torch 2.13.0+cpu.\n\n```text\n0123  models/sinusoidal-1/model.pt\ndvc.lock unchanged\n```\n")
     text = pins.markdown(st, units)
     assert "- AuthenticAMD family 25 model 1: sinusoidal-1 (10 s)" in text
-    assert "- GenuineIntel family 6 model 167: sinusoidal-1 (reproduces)" in text
+    assert ("- GenuineIntel family 6 model 167: sinusoidal-1 (reproduces), sinusoidal-1 retrained whole: "
+            "dvc.lock unchanged") in text
     assert ("- GenuineIntel family 6 model 207: rope-1 retrained whole after AuthenticAMD family 25 model 1: "
             "dvc.lock unchanged") in text
     (tmp_path / "intel-6-167/verify-sinusoidal-1.md").write_text("a note by hand\n")

@@ -104,6 +104,20 @@ def verifications(records_root: Path) -> list[tuple[str, str, bool]]:
     return found
 
 
+RETRAINED = "dvc.lock unchanged"  # the last line of the retraining recipe's record when its bits held
+
+
+def retrainings(records_root: Path) -> list[tuple[str, str, bool]]:
+    """(CPU, unit, dvc.lock unchanged) of every kept whole retraining of a pinned unit by hand: the
+    records docs/records/<cpu>/retrain-<unit>.md of docs/reproducibility.md's recipe, whose
+    command prints "dvc.lock unchanged" last when the retrained outputs have the pinned md5s."""
+    found = []
+    for path in sorted(records_root.glob("*/retrain-*.md")):
+        cpu, printed = records.read(path)
+        found.append((cpu, path.stem.removeprefix("retrain-"), RETRAINED in printed))
+    return found
+
+
 MISSING = ("deleted", "not in cache")
 
 

@@ -60,9 +60,8 @@ def markdown(st: pinning.State, records: Path) -> str:
             mean = f"{sum(walls) / len(walls):,.0f} s" if walls else "-"
             lines.append(f"| {part.name} | {len(mine) - len(left)} of {len(mine)} | {mean} | {names(left) or '-'} |")
     made: dict[str, list] = {}
-    for unit in st.units:  # in the run's order
-        if unit.name in said:
-            made.setdefault(said[unit.name].get("cpu", "no record"), []).append((unit.name, said[unit.name].get("wall_s")))
+    for name in (u.name for u in st.units if u.name in said):  # in the run's order
+        made.setdefault(said[name].get("cpu", "no record"), []).append((name, said[name].get("wall_s")))
     if made:
         lines += ["", "Which CPU made each pinned unit (its record in docs/records/units/: wall seconds of the "
                   "unit, two units side by side, one thread each):", ""]
@@ -71,6 +70,9 @@ def markdown(st: pinning.State, records: Path) -> str:
     checked: dict[str, list] = {}
     for cpu, unit, ok in pinning.verifications(records.parent):
         checked.setdefault(cpu, []).append(f"{unit} ({'reproduces' if ok else 'DOES NOT reproduce'})")
+    for cpu, unit, ok in pinning.retrainings(records.parent):
+        verdict = "dvc.lock unchanged" if ok else "dvc.lock CHANGED"
+        checked.setdefault(cpu, []).append(f"{unit} retrained whole: {verdict}")
     for unit, record in said.items():
         again = record.get("retrained") or {}
         if again.get("first_made_on") and again["first_made_on"] != record.get("cpu"):
@@ -80,7 +82,7 @@ def markdown(st: pinning.State, records: Path) -> str:
     if checked:
         lines += ["", "Where pinned units were checked on another CPU than the one that made them (`posenc "
                   "verify`, its record in docs/records/<cpu>/verify-<unit>.md; or the whole unit retrained, "
-                  "its record in docs/records/units/):", ""]
+                  "its record in docs/records/<cpu>/retrain-<unit>.md or, by `make pin`, docs/records/units/):", ""]
         lines += [f"- {cpu}: " + ", ".join(said_) for cpu, said_ in sorted(checked.items())]
     return "\n".join(lines) + "\n"
 
@@ -91,7 +93,8 @@ def stage(root: Path, st: pinning.State, records: Path, md: Path) -> list[str]:
     paths.append(md.as_posix())
     paths += [p.relative_to(root).as_posix() for u in sorted(st.pinned)
               for p in [root / records / f"{u}.json"] if p.is_file()]
-    paths += [p.relative_to(root).as_posix() for p in sorted((root / records).parent.glob("*/verify-*.md"))]
+    paths += [p.relative_to(root).as_posix() for kind in ("verify", "retrain")
+              for p in sorted((root / records).parent.glob(f"*/{kind}-*.md"))]
     blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=root, input=text, capture_output=True,
                           text=True, check=True).stdout.strip()
     # The index gets the landing lock; the working dvc.lock keeps every entry, so that a unit
