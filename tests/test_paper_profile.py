@@ -26,13 +26,15 @@ TOY = {
     "data": {"max_train_pairs": 400},
     "tokenizer": {"vocab_size": 600, "threads": 2},
     "model": {"d_model": 32, "d_ff": 64, "layers": 1},
+    "residual_study": {"depths": [1]},  # the paper's depth is model.layers, so the toy's is too
     "positional": {"concat": {"dim": 8}, "sinusoidal_narrow": {"dim": 8}},
     "train": {"max_tokens": 1500, "max_steps": 6, "warmup": 3, "save_every": 3, "dev_every": 3,
               "average_last": 2, "threads": 1},
-    "eval": {"batch_tokens": 8000, "threads": 2, "max_sentences": 40},
-    "extrapolate": {"max_sentences": 40},
+    # an untrained model decodes to the length limit, so every sentence costs the most it can
+    "eval": {"batch_tokens": 8000, "threads": 2, "max_sentences": 16},
+    "extrapolate": {"max_sentences": 16},
     "report": {"bootstrap_samples": 100},
-    "analyze": {"max_sentences": 40, "random_trials": 20},
+    "analyze": {"max_sentences": 16, "random_trials": 20},
 }
 
 
@@ -92,3 +94,5 @@ def test_the_paper_profile_runs_through_dvc_repro_with_two_torchrun_processes(tm
     assert "dev tok+compound-split BLEU (newstest2013)" in table
     # the earlier complete runs are the default profile's: another corpus, so no cell is compared
     assert (work / "results/earlier_runs.md").read_text().count("Computed on other data") == 2
+    # the residual study compares each kind with the sum at the same depth, as at the paper's size
+    assert "concat vs sum, 1 layer" in (work / "results/residual/table.md").read_text()

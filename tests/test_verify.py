@@ -163,10 +163,13 @@ EVALUATE = (f"posenc evaluate --seed 1 --model vpins/{RUN}/model.pt --last vpins
 ])
 def test_pinned_dev_hypotheses_cut_short_or_not_utf8_are_one_line(tiny_data, pinned, content, said):
     """Issue 49: the pinned hypotheses verify compares its decoding with, damaged: one line naming
-    the file and `git checkout`, never an IndexError or the CPU blamed."""
+    the file and `git checkout`, never an IndexError or the CPU blamed, and before the minutes of
+    retraining (no training progress printed)."""
     hyps = tiny_data / f"vpins/{RUN}/hyps"
     hyps.mkdir(exist_ok=True)
     (hyps / "val.de").write_bytes(content)
     (tiny_data / "v.lock").write_text(pinned + f"  evaluate@{RUN}:\n    cmd: {EVALUATE}\n")
-    line = one_line(posenc("verify", RUN, "--lock", "v.lock", "--sentences", "2", cwd=tiny_data))
+    r = posenc("verify", RUN, "--lock", "v.lock", "--sentences", "2", cwd=tiny_data)
+    assert "%|" not in r.stderr, r.stderr[-2000:]
+    line = one_line(r)
     assert f"vpins/{RUN}/hyps/val.de: {said}" in line and f"`git checkout vpins/{RUN}/hyps/val.de`" in line, line

@@ -93,15 +93,20 @@ def unit_record(path: Path) -> dict:
     return record
 
 
+def _kept(records_root: Path, prefix: str, passed) -> list[tuple[str, str, bool]]:
+    """(CPU, unit, passed(printed, unit)) of every record docs/records/<cpu>/<prefix>-<unit>.md."""
+    found = []
+    for path in sorted(records_root.glob(f"*/{prefix}-*.md")):
+        unit = path.stem.removeprefix(f"{prefix}-")
+        cpu, printed = records.read(path)
+        found.append((cpu, unit, passed(printed, unit)))
+    return found
+
+
 def verifications(records_root: Path) -> list[tuple[str, str, bool]]:
     """(CPU, unit, reproduced) of every kept `posenc verify` of a unit: the records
     docs/records/<cpu>/verify-<unit>.md that `posenc pin` writes on a CPU new to the run."""
-    found = []
-    for path in sorted(records_root.glob("*/verify-*.md")):
-        unit = path.stem.removeprefix("verify-")
-        cpu, printed = records.read(path)
-        found.append((cpu, unit, records.reproduced(printed, unit)))
-    return found
+    return _kept(records_root, "verify", records.reproduced)
 
 
 RETRAINED = "dvc.lock unchanged"  # the last line of the retraining recipe's record when its bits held
@@ -111,11 +116,7 @@ def retrainings(records_root: Path) -> list[tuple[str, str, bool]]:
     """(CPU, unit, dvc.lock unchanged) of every kept whole retraining of a pinned unit by hand: the
     records docs/records/<cpu>/retrain-<unit>.md of docs/reproducibility.md's recipe, whose
     command prints "dvc.lock unchanged" last when the retrained outputs have the pinned md5s."""
-    found = []
-    for path in sorted(records_root.glob("*/retrain-*.md")):
-        cpu, printed = records.read(path)
-        found.append((cpu, path.stem.removeprefix("retrain-"), RETRAINED in printed))
-    return found
+    return _kept(records_root, "retrain", lambda printed, unit: RETRAINED in printed)
 
 
 MISSING = ("deleted", "not in cache")

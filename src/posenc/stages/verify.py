@@ -16,6 +16,7 @@ torch is imported only in `run`, after posenc.cli has set the recorded numerics.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -197,20 +198,29 @@ def _retrain(launcher: list[str], targs, first: int, root: Path, tmp: Path, nume
     return tmp
 
 
-def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None, str | None, list[str]]:
-    """Re-decode the batches holding the first `n` dev sentences with the run's last checkpoint, as
-    the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None,
-    why nothing was compared or None, the edits since the evaluation was pinned)."""
-    from posenc import corpora, runtime, tokens
-    from posenc.checkpoints import load_model
+@dataclasses.dataclass(frozen=True)
+class _Decoding:
+    """What re-decoding compares with: the pinned evaluation's arguments and its dev hypotheses."""
+    eargs: object
+    dev: str
+    pinned: list[str]
+    sources: list
+    cfg: object
+
+
+def _pinned_decoding(args, root: Path) -> tuple[_Decoding | None, str | None, list[str]]:
+    """The pinned evaluation of args.run and its dev hypotheses, read and checked before any
+    retraining, so that a damaged file is named in seconds: (what to compare with, or None and why
+    nothing will be compared; the edits since the evaluation was pinned)."""
+    from posenc import corpora, tokens
     from posenc.corpora import SRC
-    from posenc.decode import EvalConfig, translate
+    from posenc.decode import EvalConfig
     from posenc.scoring import hypothesis_path
 
     _, stage = _unit(Path(args.lock), args.run)
     found = _pinned_command(Path(args.lock), stage, "evaluate")
     if found is None:
-        return 0, None, "dvc.lock pins no evaluation of it, so decoding was not compared", []
+        return None, "dvc.lock pins no evaluation of it, so decoding was not compared", []
     eargs = found[1]
     edited = _edited(Path(args.lock), stage, root / eargs.params, [])
     cfg = config.load(root / eargs.params, "eval", EvalConfig)
@@ -218,34 +228,44 @@ def _redecode(args, root: Path, n: int, mode: str) -> tuple[int, str | None, str
     dev = corpora.get(data.corpus).dev
     hyps_file = hypothesis_path(root / eargs.hyps, dev)
     if not (root / eargs.last).is_file() or not hyps_file.is_file():
-        return 0, None, "its models are not here (`dvc pull`), so decoding was not compared", edited
+        return None, "its models are not here (`dvc pull`), so decoding was not compared", edited
     # The pinned hypotheses are of the last.pt that dvc.lock records as the evaluation's input; a
     # last.pt retrained since (a pinning run under way, before its evaluate stage) is not theirs.
-    stages = _stages(Path(args.lock))
-    recorded = next((d.get("md5") for d in stages[stage].get("deps", [])
+    recorded = next((d.get("md5") for d in _stages(Path(args.lock))[stage].get("deps", [])
                      if d.get("path") == eargs.last), None)
     if recorded is not None and recorded != hashlib.md5((root / eargs.last).read_bytes()).hexdigest():
-        return 0, None, (f"its pinned dev hypotheses were decoded from another {eargs.last} than the one "
-                         f"here ({stage} is stale: `dvc repro {stage}`), so decoding was not compared"), edited
-    device = runtime.setup(cfg.threads, mode)
-    last = load_model(root / eargs.last, device)
-    sp = tokens.load_tokenizer(root / eargs.spm)
-    sources = tokens.load(tokens.array_path(root / eargs.arrays, dev, SRC), last.config.eos_id)[:cfg.max_sentences or None]
-    out = translate(last, sources, cfg.beam, cfg.lenpen, cfg.max_len_extra, cfg.batch_tokens, device,
-                    desc=f"verify {dev}", only=set(range(min(n, len(sources)))))
+        return None, (f"its pinned dev hypotheses were decoded from another {eargs.last} than the one "
+                      f"here ({stage} is stale: `dvc repro {stage}`), so decoding was not compared"), edited
+    fix = f"`git checkout {hyps_file.relative_to(root)}`"
     try:
         pinned = files.read_lines(hyps_file)
     except UnicodeDecodeError:
-        raise UserError(f"{hyps_file}: not UTF-8 text; `git checkout {hyps_file.relative_to(root)}`") from None
+        raise UserError(f"{hyps_file}: not UTF-8 text; {fix}") from None
+    eos = tokens.load_tokenizer(root / eargs.spm).eos_id()
+    sources = tokens.load(tokens.array_path(root / eargs.arrays, dev, SRC), eos)[:cfg.max_sentences or None]
+    if len(pinned) < len(sources):  # the evaluation wrote a hypothesis a sentence
+        raise UserError(f"{hyps_file}: a hypothesis for only {len(pinned)} of the {len(sources)} {dev} "
+                        f"sentences evaluated; {fix}")
+    return _Decoding(eargs, dev, pinned, sources, cfg), None, edited
+
+
+def _redecode(d: _Decoding, root: Path, n: int, mode: str) -> tuple[int, str | None]:
+    """Re-decode the batches holding the first `n` dev sentences with the run's last checkpoint, as
+    the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None)."""
+    from posenc import runtime, tokens
+    from posenc.checkpoints import load_model
+    from posenc.decode import translate
+
+    device = runtime.setup(d.cfg.threads, mode)
+    last = load_model(root / d.eargs.last, device)
+    sp = tokens.load_tokenizer(root / d.eargs.spm)
+    out = translate(last, d.sources, d.cfg.beam, d.cfg.lenpen, d.cfg.max_len_extra, d.cfg.batch_tokens, device,
+                    desc=f"verify {d.dev}", only=set(range(min(n, len(d.sources)))))
     compared = [i for i, ids in enumerate(out) if ids or i < n]
-    if compared and len(pinned) <= compared[-1]:
-        raise UserError(f"{hyps_file}: a hypothesis for only {len(pinned)} of the {compared[-1] + 1} sentences "
-                        f"compared; `git checkout {hyps_file.relative_to(root)}`")
     for i in compared:
-        if sp.decode(out[i]) != pinned[i]:
-            return (len(compared), f"{dev} sentence {i + 1}: {sp.decode(out[i])!r} here, {pinned[i]!r} pinned",
-                    None, edited)
-    return len(compared), None, None, edited
+        if sp.decode(out[i]) != d.pinned[i]:
+            return len(compared), f"{d.dev} sentence {i + 1}: {sp.decode(out[i])!r} here, {d.pinned[i]!r} pinned"
+    return len(compared), None
 
 
 def run(args) -> int:
@@ -256,6 +276,7 @@ def run(args) -> int:
     edited = _edited(Path(args.lock), _unit(Path(args.lock), args.run)[0], root / targs.params,
                      [targs.digests, targs.train_log, targs.dev_log])
     first = pins["checkpoints"][0]
+    decoding, skipped, edited_eval = _pinned_decoding(args, root) if args.sentences else (None, None, [])
     with tempfile.TemporaryDirectory(prefix="posenc-verify-") as name:
         tmp = _retrain(launcher, targs, first["step"], root, Path(name),
                        args.numerics if args.numerics and args.numerics != pins["numerics"]["mode"] else None)
@@ -280,14 +301,15 @@ def run(args) -> int:
               f"pinned); likely cause: {_causes(pins, mine, edited)}")
         return 1
     decoded = ""
-    if args.sentences:
-        compared, difference, skipped, edited = _redecode(args, root, args.sentences,
-                                                          args.numerics or pins["numerics"]["mode"])
+    if decoding:
+        compared, difference = _redecode(decoding, root, args.sentences, args.numerics or pins["numerics"]["mode"])
         if difference:
             print(f"verify: this machine reproduces the training bits of {args.run} (update "
                   f"{first['step']}, sha256 {digest}) but not its decoding: {difference}; likely "
-                  f"cause: {_causes(pins, mine, edited)}")
+                  f"cause: {_causes(pins, mine, edited_eval)}")
             return 1
-        decoded = f", and its first {compared} dev hypotheses" if compared else f"; {skipped}"
+        decoded = f", and its first {compared} dev hypotheses"
+    elif skipped:
+        decoded = f"; {skipped}"
     print(REPRODUCES.format(run=args.run) + f"update {first['step']}, sha256 {digest}){decoded}")
     return 0
