@@ -280,6 +280,32 @@ def test_the_dvc_charts_colour_each_variant_as_the_figures_do():
     assert lines["strokeDash"]["field"] == "seed" and lines["column"]["field"] == "rev"
 
 
+def test_the_committed_plot_data_has_every_field_its_chart_reads():
+    """`dvc plots show` on a fresh clone draws from the committed CSVs (issue 51: a learning-curve
+    chart with no lines and "seed: undefined"): every field the chart's Vega-Lite template and
+    dvc.yaml's x and y read is a column of the committed CSV; DVC adds `rev` itself."""
+    import csv
+    import json
+
+    import yaml
+
+    def fields(node):
+        if isinstance(node, dict):
+            return ({node["field"]} if isinstance(node.get("field"), str) else set()).union(
+                *map(fields, node.values()))
+        return set().union(*map(fields, node)) if isinstance(node, list) else set()
+
+    plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
+    assert plots
+    for entry in plots:
+        ((path, spec),) = entry.items()
+        template = json.loads((ROOT / ".dvc/plots" / f"{spec['template']}.json").read_text())
+        read = {spec["x"], spec["y"]} | {f for f in fields(template) if not f.startswith("<DVC_METRIC")}
+        with open(ROOT / path, newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f))
+        assert read - {"rev"} <= set(header), f"{path}: {sorted(read - {'rev'} - set(header))} missing"
+
+
 def test_the_code_revision_is_the_first_commit_with_the_pinned_sources(tmp_path, monkeypatch):
     """Not the latest commit: one that changes another file, or only results, leaves it in place."""
     import hashlib
