@@ -93,10 +93,20 @@ def unit_record(path: Path) -> dict:
     return record
 
 
+# The checks of pinned units on other CPUs that are kept as records docs/records/<cpu>/<kind>-<unit>.md:
+# `posenc verify` of a unit, and a whole unit retrained by hand (docs/reproducibility.md).
+CHECKS = ("verify", "retrain")
+
+
+def check_records(records_root: Path, kinds: tuple[str, ...] = CHECKS) -> list[Path]:
+    """The kept records of `kinds` of check under records_root (docs/records), kind by kind."""
+    return [path for kind in kinds for path in sorted(records_root.glob(f"*/{kind}-*.md"))]
+
+
 def _kept(records_root: Path, prefix: str, passed) -> list[tuple[str, str, bool]]:
     """(CPU, unit, passed(printed, unit)) of every record docs/records/<cpu>/<prefix>-<unit>.md."""
     found = []
-    for path in sorted(records_root.glob(f"*/{prefix}-*.md")):
+    for path in check_records(records_root, (prefix,)):
         unit = path.stem.removeprefix(f"{prefix}-")
         cpu, printed = records.read(path)
         found.append((cpu, unit, passed(printed, unit)))

@@ -71,12 +71,12 @@ def markdown(st: pinning.State, records: Path) -> str:
     for cpu, unit, ok in pinning.verifications(records.parent):
         checked.setdefault(cpu, []).append(f"{unit} ({'reproduces' if ok else 'DOES NOT reproduce'})")
     for cpu, unit, ok in pinning.retrainings(records.parent):
-        verdict = "dvc.lock unchanged" if ok else "dvc.lock CHANGED"
+        verdict = pinning.RETRAINED if ok else "dvc.lock CHANGED"
         checked.setdefault(cpu, []).append(f"{unit} retrained whole: {verdict}")
     for unit, record in said.items():
         again = record.get("retrained") or {}
         if again.get("first_made_on") and again["first_made_on"] != record.get("cpu"):
-            verdict = "dvc.lock unchanged" if again.get("lock_unchanged") else "dvc.lock CHANGED"
+            verdict = pinning.RETRAINED if again.get("lock_unchanged") else "dvc.lock CHANGED"
             checked.setdefault(record["cpu"], []).append(f"{unit} retrained whole after "
                                                          f"{again['first_made_on']}: {verdict}")
     if checked:
@@ -93,8 +93,7 @@ def stage(root: Path, st: pinning.State, records: Path, md: Path) -> list[str]:
     paths.append(md.as_posix())
     paths += [p.relative_to(root).as_posix() for u in sorted(st.pinned)
               for p in [root / records / f"{u}.json"] if p.is_file()]
-    paths += [p.relative_to(root).as_posix() for kind in ("verify", "retrain")
-              for p in sorted((root / records).parent.glob(f"*/{kind}-*.md"))]
+    paths += [p.relative_to(root).as_posix() for p in pinning.check_records((root / records).parent)]
     blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=root, input=text, capture_output=True,
                           text=True, check=True).stdout.strip()
     # The index gets the landing lock; the working dvc.lock keeps every entry, so that a unit

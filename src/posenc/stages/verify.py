@@ -202,6 +202,7 @@ def _retrain(launcher: list[str], targs, first: int, root: Path, tmp: Path, nume
 class _Decoding:
     """What re-decoding compares with: the pinned evaluation's arguments and its dev hypotheses."""
     eargs: object
+    sp: object  # the run's SentencePiece model, which decodes the ids
     dev: str
     pinned: list[str]
     sources: list
@@ -241,30 +242,29 @@ def _pinned_decoding(args, root: Path) -> tuple[_Decoding | None, str | None, li
         pinned = files.read_lines(hyps_file)
     except UnicodeDecodeError:
         raise UserError(f"{hyps_file}: not UTF-8 text; {fix}") from None
-    eos = tokens.load_tokenizer(root / eargs.spm).eos_id()
-    sources = tokens.load(tokens.array_path(root / eargs.arrays, dev, SRC), eos)[:cfg.max_sentences or None]
+    sp = tokens.load_tokenizer(root / eargs.spm)
+    sources = tokens.load(tokens.array_path(root / eargs.arrays, dev, SRC), sp.eos_id())[:cfg.max_sentences or None]
     if len(pinned) < len(sources):  # the evaluation wrote a hypothesis a sentence
         raise UserError(f"{hyps_file}: a hypothesis for only {len(pinned)} of the {len(sources)} {dev} "
                         f"sentences evaluated; {fix}")
-    return _Decoding(eargs, dev, pinned, sources, cfg), None, edited
+    return _Decoding(eargs, sp, dev, pinned, sources, cfg), None, edited
 
 
 def _redecode(d: _Decoding, root: Path, n: int, mode: str) -> tuple[int, str | None]:
     """Re-decode the batches holding the first `n` dev sentences with the run's last checkpoint, as
     the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None)."""
-    from posenc import runtime, tokens
+    from posenc import runtime
     from posenc.checkpoints import load_model
     from posenc.decode import translate
 
     device = runtime.setup(d.cfg.threads, mode)
     last = load_model(root / d.eargs.last, device)
-    sp = tokens.load_tokenizer(root / d.eargs.spm)
     out = translate(last, d.sources, d.cfg.beam, d.cfg.lenpen, d.cfg.max_len_extra, d.cfg.batch_tokens, device,
                     desc=f"verify {d.dev}", only=set(range(min(n, len(d.sources)))))
     compared = [i for i, ids in enumerate(out) if ids or i < n]
     for i in compared:
-        if sp.decode(out[i]) != d.pinned[i]:
-            return len(compared), f"{d.dev} sentence {i + 1}: {sp.decode(out[i])!r} here, {d.pinned[i]!r} pinned"
+        if d.sp.decode(out[i]) != d.pinned[i]:
+            return len(compared), f"{d.dev} sentence {i + 1}: {d.sp.decode(out[i])!r} here, {d.pinned[i]!r} pinned"
     return len(compared), None
 
 
