@@ -66,8 +66,14 @@ pin repro: $(STAMP)
 pipeline:
 	posenc pin --jobs $(JOBS) $(if $(REPIN),--repin)
 
+# The suite on TEST_JOBS pytest-xdist workers, each test file whole on one worker (its session
+# fixtures made once there). The two end-to-end tests (pytest's `slow` marker) are handed out
+# first (tests/conftest.py), so that on 2 cores the pipeline's, about half the suite's time and
+# mostly one process at a time, runs beside the rest instead of after it.
+TEST_JOBS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 readme: $(STAMP)
 	posenc readme

@@ -32,6 +32,12 @@ SMALL = ModelConfig(positional="sinusoidal", position=SETTINGS["sinusoidal"], vo
                     bos_id=2, eos_id=3, d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0, norm="post")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end tests (marked `slow`) first, the rest in file order: under `make test`'s
+    workers (pytest-xdist, a file to a worker) they start at once and run beside the rest."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def model_of(variant: str, **changes) -> torch.nn.Module:
     """SMALL with `variant` (and its SETTINGS unless `position` is given) and `changes`, seeded,
     in eval mode."""
