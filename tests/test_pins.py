@@ -206,8 +206,8 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
 
     units = tmp_path / "units"
     st = state_of(RUN_ORDER, {"sinusoidal-1", "rope-1"})
-    files.write_json(units / "sinusoidal-1.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 10})
-    files.write_json(units / "rope-1.json", {"cpu": "GenuineIntel family 6 model 207", "wall_s": 20, "retrained": {
+    files.write_json(units / "sinusoidal-1.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 3600})
+    files.write_json(units / "rope-1.json", {"cpu": "GenuineIntel family 6 model 207", "wall_s": 7200, "retrained": {
         "stage": "train@rope-1", "lock_unchanged": True, "first_made_on": "AuthenticAMD family 25 model 1"}})
     (tmp_path / "intel-6-167").mkdir()
     (tmp_path / "intel-6-167/verify-sinusoidal-1.md").write_text(
@@ -218,7 +218,9 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
         "`sh -c 'dvc repro ...'`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
         "torch 2.13.0+cpu.\n\n```text\n0123  models/sinusoidal-1/model.pt\ndvc.lock unchanged\n```\n")
     text = pins.markdown(st, units)
-    assert "- AuthenticAMD family 25 model 1: sinusoidal-1 (10 s)" in text
+    assert "- AuthenticAMD family 25 model 1: sinusoidal-1 (3,600 s)" in text
+    # what the part cost so far: a pinned unit's mean wall time, and the sum
+    assert "| positional | 2 of 4 | 5,400 s; 3.0 h | learned-1, relative-1 |" in text, text
     assert ("- GenuineIntel family 6 model 167: sinusoidal-1 (reproduces), sinusoidal-1 retrained whole: "
             "dvc.lock unchanged") in text
     assert ("- GenuineIntel family 6 model 207: rope-1 retrained whole after AuthenticAMD family 25 model 1: "
