@@ -201,6 +201,25 @@ def test_on_a_cpu_new_to_the_run_pin_verifies_first_keeps_the_records_and_stops_
     assert calls == []  # this CPU made a pinned unit: the run is already on it
 
 
+def test_a_units_record_counts_the_cpu_time_of_its_stages_not_the_time_they_waited(tmp_path, monkeypatch):
+    """A unit's record has each stage's wall time and the CPU time of the stages' processes, a
+    child's child included (posenc under dvc): a stage that computes for a while and then waits
+    (as a unit paused by kill -STOP, or one beside other work) counts the computing alone."""
+    from posenc.stages import pin
+
+    stage = ("import subprocess, sys, time; subprocess.run([sys.executable, '-c', "
+             "'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.5: pass']); time.sleep(1)")
+    real = subprocess.Popen
+    monkeypatch.setattr(pin.subprocess, "Popen", lambda command, **kw: real([sys.executable, "-c", stage], **kw))
+    unit = pinning.Unit("positional", "sinusoidal-1", 1, ("train@sinusoidal-1", "evaluate@sinusoidal-1"))
+    said = pin.run_unit(tmp_path, unit, list(unit.stages), None, {}, tmp_path / "logs", tmp_path / "units",
+                        {"train": 1, "eval": 1})
+    record = pinning.unit_record(tmp_path / "units/sinusoidal-1.json")
+    assert said.startswith("done in ") and set(record["stages_s"]) == set(unit.stages), said
+    assert all(wall >= 1.5 for wall in record["stages_s"].values()), record
+    assert 1.0 <= record["cpu_s"] < 2.0 < record["wall_s"], record  # 2 x 0.5 s computing, plus start-up
+
+
 def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path):
     from posenc.stages import pins
 

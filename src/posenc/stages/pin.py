@@ -17,7 +17,8 @@
    put in dvc.yaml's order, so that the lock does not depend on the order units finished in.
 
 For each unit it finishes it writes a record (the CPU as lscpu names it, threads, wall time per
-stage) to --records, never into a pinned output; README says from them which CPU made which unit.
+stage, and the CPU time of the unit's processes) to --records, never into a pinned output; README
+says from them which CPU made which unit.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None,
     # one write per line: two units' threads print side by side
     sys.stdout.write(f"pin: {unit.name} started: {', '.join(todo)}" + (f" ({force} forced)" if force else "") + "\n")
     sys.stdout.flush()
-    took, start = {}, time.monotonic()
+    took, cpu, start = {}, 0.0, time.monotonic()
     with open(log, "a", encoding="utf-8") as out:
         for stage in todo:
             command = ["dvc", "--wait-for-lock", "repro", "--allow-missing", "--single-item",
@@ -138,13 +139,18 @@ def run_unit(root: Path, unit: pinning.Unit, todo: list[str], force: str | None,
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
             began = time.monotonic()
-            done = subprocess.run(command, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+            done = subprocess.Popen(command, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+            # wait4's usage counts the stage's own processes (posenc under dvc) and nothing else: unlike
+            # the wall time, it does not grow while the run is paused (kill -STOP) or beside other work
+            _, status, usage = os.wait4(done.pid, 0)
+            done.returncode = os.waitstatus_to_exitcode(status)
             took[stage] = round(time.monotonic() - began, 1)
+            cpu += usage.ru_utime + usage.ru_stime
             if done.returncode != 0:
                 return f"FAILED at {stage} (exit {done.returncode}; {log})"
     lock = pinning.read_lock(root)
     record = {"unit": unit.name, "part": unit.part, "cpu": records.cpu_name(), "threads": threads,
-              "stages_s": took, "wall_s": round(time.monotonic() - start, 1),
+              "stages_s": took, "wall_s": round(time.monotonic() - start, 1), "cpu_s": round(cpu, 1),
               "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     path = unit_records / f"{unit.name}.json"
     if force:  # its earlier record (committed with the unit) named the CPU that first made it
