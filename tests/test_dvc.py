@@ -11,6 +11,7 @@ import importlib
 import dataclasses
 import re
 import shutil
+import subprocess
 import pytest
 import yaml
 
@@ -234,3 +235,19 @@ def test_the_residual_study_trains_the_summed_model_at_its_own_depth_once(profil
     study = raw["residual_study"]
     assert raw["model"]["layers"] not in study["sum_depths"]
     assert set(study["kinds"]) <= {"concat", "none"} and study["depths"]
+
+
+def test_every_pinned_weight_has_its_gitignore_committed():
+    """dvc.lock pins the weights and git ignores them through the .gitignore that DVC writes
+    beside each one; a unit's landing commits that file too, so that on a clone `dvc pull` (or
+    a retraining) leaves `git status` clean."""
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    weights = [Path(out["path"]) for stage in lock.values() for out in stage.get("outs", [])
+               if out["path"].startswith("models/")]
+    tracked = set(subprocess.run(["git", "ls-files", "models"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    assert weights
+    for weight in weights:
+        ignore = weight.parent / ".gitignore"
+        assert ignore.as_posix() in tracked, f"{ignore}: not committed"
+        assert f"/{weight.name}" in (ROOT / ignore).read_text().split(), f"{ignore}: does not ignore {weight.name}"
