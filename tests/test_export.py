@@ -157,6 +157,34 @@ def test_an_existing_out_needs_force_and_the_model_has_the_usual_mode(tiny_data,
     assert r.returncode == 2 and r.stderr.strip().endswith("ct2: exists; pass --force to replace it, or name another --out")
 
 
+def test_force_keeps_the_old_model_until_the_new_one_is_in_place(tmp_path, monkeypatch):
+    """--force replaces a model directory by moving it aside first: if putting the new one in
+    place fails, the old one is back whole, and after a success nothing is left beside it."""
+    from pathlib import Path
+
+    from posenc.stages.export import put_in_place
+
+    out, built = tmp_path / "ct2", tmp_path / ".ct2.new"
+    for directory, text in ((out, "old"), (built, "new")):
+        directory.mkdir()
+        (directory / "model.bin").write_text(text)
+    rename = Path.rename
+
+    def fail_on_the_new_one(self, target):
+        if self == built:
+            raise OSError("interrupted")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", fail_on_the_new_one)
+    with pytest.raises(OSError, match="interrupted"):
+        put_in_place(built, out)
+    assert (out / "model.bin").read_text() == "old"
+    monkeypatch.setattr(Path, "rename", rename)
+    put_in_place(built, out)
+    assert (out / "model.bin").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ct2"]
+
+
 def _umask() -> int:
     import os
 

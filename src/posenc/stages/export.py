@@ -18,6 +18,23 @@ from posenc.errors import UserError
 from posenc.runs import require_model, trained_with
 
 
+def put_in_place(built: Path, out_dir: Path) -> None:
+    """`built` (a directory beside `out_dir`) becomes `out_dir`. A model already there (--force)
+    is moved aside, not deleted, until the new one is in place, and put back if that fails: an
+    interrupted export never leaves a partly deleted model."""
+    old = built.with_name(built.name + ".old") if out_dir.is_dir() else None
+    if old:
+        out_dir.rename(old)
+    try:
+        built.rename(out_dir)
+    except BaseException:
+        if old:
+            old.rename(out_dir)
+        raise
+    if old:
+        shutil.rmtree(old)
+
+
 def run(args) -> None:
     ctranslate2 = ct2.engine()
     model_file, out_dir = Path(args.model), Path(args.out)
@@ -44,9 +61,7 @@ def run(args) -> None:
     try:
         built.save(str(tmp))
         shutil.copy(spm, tmp / "spm.model")
-        if out_dir.is_dir():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
+        put_in_place(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"export: {model_file} ({model.config.positional}) -> {out_dir} (CTranslate2 "
