@@ -237,13 +237,19 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
         "`sh -c 'dvc repro ...'`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
         "torch 2.13.0+cpu.\n\n```text\n0123  models/sinusoidal-1/model.pt\ndvc.lock unchanged\n```\n")
     text = pins.markdown(st, units)
-    assert "- AuthenticAMD family 25 model 1: sinusoidal-1 (3,600 s)" in text
+    # per CPU and part, the units made there (wall seconds are in the records and the cost column)
+    assert "- AuthenticAMD family 25 model 1: positional, 1 of 4: sinusoidal-1\n" in text, text
     # what the part cost so far: a pinned unit's mean wall time, and the sum
     assert "| positional | 2 of 4 | 5,400 s; 3.0 h | learned-1, relative-1 |" in text, text
     assert ("- GenuineIntel family 6 model 167: sinusoidal-1 (reproduces), sinusoidal-1 retrained whole: "
             "dvc.lock unchanged") in text
     assert ("- GenuineIntel family 6 model 207: rope-1 retrained whole after AuthenticAMD family 25 model 1: "
             "dvc.lock unchanged") in text
+    for unit in ("learned-1", "relative-1"):
+        files.write_json(units / f"{unit}.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 60})
+    files.write_json(units / "rope-1.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 60})
+    assert "- AuthenticAMD family 25 model 1: positional, all 4\n" in pins.markdown(
+        state_of(RUN_ORDER, {"sinusoidal-1", "learned-1", "rope-1", "relative-1"}), units)
     (tmp_path / "intel-6-167/verify-sinusoidal-1.md").write_text("a note by hand\n")
     with pytest.raises(UserError, match="verify-sinusoidal-1.md: not a record"):
         pins.markdown(st, units)

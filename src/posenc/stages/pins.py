@@ -62,14 +62,18 @@ def markdown(st: pinning.State, records: Path) -> str:
             lines.append(f"| {part.name} | {len(mine) - len(left)} of {len(mine)} | {cost} | {names(left) or '-'} |")
     lines += ["", "`make pin` runs two units side by side, so a part took about half its sum of wall time; "
               "README's \"Reproduce one training, or one part\" gives the command that runs a part alone."]
-    made: dict[str, list] = {}
-    for name in (u.name for u in st.units if u.name in said):  # in the run's order
-        made.setdefault(said[name].get("cpu", "no record"), []).append((name, said[name].get("wall_s")))
+    made: dict[str, dict[str, list[str]]] = {}  # CPU -> part -> its units made there, in the run's order
+    for unit in st.units:
+        if unit.name in said:
+            made.setdefault(said[unit.name].get("cpu", "no record"), {}).setdefault(unit.part, []).append(unit.name)
+    size = {part.name: sum(u.part == part.name for u in st.units) for part in PARTS}
     if made:
-        lines += ["", "Which CPU made each pinned unit (its record in docs/records/units/: wall seconds of the "
-                  "unit, two units side by side, one thread each):", ""]
-        lines += [f"- {cpu}: " + ", ".join(f"{n} ({w:,.0f} s)" if w else n for n, w in units)
-                  for cpu, units in sorted(made.items())]
+        lines += ["", "Which CPU made each pinned unit (each unit's record, its wall time and, where recorded, "
+                  "its CPU time, is docs/records/units/<unit>.json):", ""]
+        lines += [f"- {cpu}: " + "; ".join(f"{part}, all {size[part]}" if len(there) == size[part]
+                                           else f"{part}, {len(there)} of {size[part]}: {', '.join(there)}"
+                                           for part, there in parts.items())
+                  for cpu, parts in sorted(made.items())]
     checked: dict[str, list] = {}
     for cpu, unit, ok in pinning.verifications(records.parent):
         checked.setdefault(cpu, []).append(f"{unit} ({'reproduces' if ok else 'DOES NOT reproduce'})")
