@@ -245,9 +245,8 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
             "dvc.lock unchanged") in text
     assert ("- GenuineIntel family 6 model 207: rope-1 retrained whole after AuthenticAMD family 25 model 1: "
             "dvc.lock unchanged") in text
-    for unit in ("learned-1", "relative-1"):
+    for unit in ("learned-1", "rope-1", "relative-1"):  # every unit of the part on one CPU: "all"
         files.write_json(units / f"{unit}.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 60})
-    files.write_json(units / "rope-1.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 60})
     assert "- AuthenticAMD family 25 model 1: positional, all 4\n" in pins.markdown(
         state_of(RUN_ORDER, {"sinusoidal-1", "learned-1", "rope-1", "relative-1"}), units)
     (tmp_path / "intel-6-167/verify-sinusoidal-1.md").write_text("a note by hand\n")
