@@ -12,7 +12,7 @@ import pytest
 from posenc import config, corpora
 from posenc.errors import UserError
 from posenc.stages.residuals import (ResidualStudyConfig, findings, geometric_mean, groups, highway_rows,
-                                     load, markdown, run_dirs, significance, starts, table_rows)
+                                     load, markdown, run_dirs, significance, starts, summary, table_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = [f"a small dog number {i} runs across the green field" for i in range(40)]
@@ -96,12 +96,12 @@ def test_table_test_and_findings_follow_the_figures(study):
     assert "| none | 1 | 0.01 | 0.01 | 2 |  |" in text and "| concat | 1 | 0.5 | 0.5 | 0.6 | 1.2 / 0.8 |" in text
     said = findings(rows, sig, hw, cells, corpus)
     assert ("at 1 layer `sum` 0.9 / 0.9, `concat` 0.5 / 0.5, `none` 0.01 / 0.01. The sum keeps it within an order "
-            "of magnitude of 1 at every depth, as the conjecture says; `none` does not, at 1 layer; `concat` does too, "
-            "at 1 layer.") in said
+            "of magnitude of 1 at every depth, as the conjecture says; `concat` keeps it too at 1 layer; `none` does "
+            "not, at 1 layer.") in said
     assert "1 of `sum`'s 1 sub-layers change their input by less than its own size" in said
     assert "(|f(x)| / |x| median 0.3, 0.3-0.3): each is a correction smaller than its input" in said
-    assert "W's half acting on x ends at norm 1.2" in said and "keeping the path" in said
-    assert "**none vs sum, 1 layer:**" in said
+    assert "W's half acting on x ends at norm 1.2" in said and "it weighs x more than f(x), keeping the path" in said
+    assert "**none vs sum, 1 layer:**" in said and "did not train" not in said
 
 
 def test_the_findings_say_where_the_sum_itself_is_impeded_and_most_updates_are_large(study):
@@ -126,7 +126,32 @@ def test_the_findings_say_where_the_sum_itself_is_impeded_and_most_updates_are_l
             "than an order of magnitude above the study's best, `concat` at 1 layer (7):") in said
     assert "the measures below describe their failed training" in said
     assert "At 1 layer even `sum` failed, so every comparison there is between runs that did not train" in said
-    assert "The sum itself does not keep it within an order of magnitude of 1 at 1 layer, where it did not train" in said
+    assert "The sum does not keep it within an order of magnitude of 1 at 1 layer, where it did not train; `concat` keeps it too at 1 layer; `none` does not, at 1 layer" in said
+    assert "At 1 layer, where `sum` did not train, 0 of `sum`'s 1 sub-layers" in said
+
+
+def test_the_findings_read_a_failed_cell_as_a_failure_not_as_evidence(study):
+    """A gap against a run that did not train is that failure; one between two that did not train
+    says nothing; W's halves within 10% of each other weigh x and f(x) alike."""
+    runs, cells, raw = study
+    corpus = corpora.get("multi30k")
+    rows = table_rows(runs, cells, SEEDS, corpus)
+    sig = significance(runs, cells, SEEDS, corpus, raw, 100, 1)
+    hw = highway_rows(runs, cells, SEEDS)
+    for r in hw:
+        if (r["kind"], r["measure"]) == ("concat", "w_f"):
+            r["value"] = 1.15  # 1.2 against 1.15: alike
+    for r in rows:
+        r["dev_ppl"]["mean"] = {"sum": 6.0, "concat": 7.0, "none": 436.0}[r["kind"]]
+    said = findings(rows, sig, hw, cells, corpus)
+    assert "`none` did not train at 1 layer: the gap is that failure." in said
+    assert "it weighs x and f(x) alike (within 10%)" in said
+    for r in rows:
+        r["dev_ppl"]["mean"] = {"sum": 300.0, "concat": 7.0, "none": 436.0}[r["kind"]]
+    said = findings(rows, sig, hw, cells, corpus)
+    assert "**none vs sum, 1 layer:**" in said
+    assert said.count("Neither run trained: the gap says nothing about the residual kind.") == 1
+    assert "`sum` did not train at 1 layer: the gap is that failure." in said  # concat vs a failed sum
 
 
 def test_the_mean_over_seeds_of_a_ratio_is_geometric():
@@ -188,3 +213,27 @@ def test_the_findings_say_how_concats_w_started_as_the_runs_say(study):
     runs["concat", 1, SEEDS[0]]["init"] = "identity"
     with pytest.raises(UserError, match=r"concat at 1 layer: seeds started from identity and xavier W"):
         starts(runs)
+
+
+def test_the_summary_names_what_trained_and_reads_each_test_against_a_sum_that_trained(study):
+    """README's block: a failed kind is marked beside its gap; a depth where `sum` itself failed
+    gets one line saying its comparisons say nothing, not a row of meaningless differences."""
+    runs, cells, raw = study
+    corpus = corpora.get("multi30k")
+    rows = table_rows(runs, cells, SEEDS, corpus)
+    sig = significance(runs, cells, SEEDS, corpus, raw, 100, 1)
+    said = summary(rows, sig, cells, corpus)
+    assert "- **Which runs trained**: `sum`, `concat` and `none` at 1 layer." in said
+    assert re.search(r"- \*\*concat vs sum, 1 layer\*\*: `concat` minus `sum` (-\d+\.\d\d, ){2}-\d+\.\d\d BLEU: ", said)
+    assert "| concat | 1 | 7.000 ± 0.000 | 28.00 ± 0.00 |" in said
+    for r in rows:
+        r["dev_ppl"]["mean"] = {"sum": 6.0, "concat": 7.0, "none": 436.0}[r["kind"]]
+    said = summary(rows, sig, cells, corpus)
+    assert ("`sum` and `concat` at 1 layer. Not (a dev perplexity more than an order of magnitude above the best): "
+            "`none` at 1 layer.") in said
+    assert re.search(r"\*\*none vs sum, 1 layer\*\*: .* BLEU: .* \(`none` did not train\)\.", said)
+    for r in rows:
+        r["dev_ppl"]["mean"] = {"sum": 300.0, "concat": 7.0, "none": 436.0}[r["kind"]]
+    said = summary(rows, sig, cells, corpus)
+    assert "vs sum" not in said
+    assert "- **At 1 layer** `sum` did not train either: the comparisons there say nothing" in said

@@ -82,6 +82,7 @@ STAGES = {
         "--residual-runs": "directory of the residual runs' results (metrics.json, hyps/, highway_log.tsv)",
         "--raw": "references",
         "--table-md": "Markdown table to write", "--findings-md": "Markdown of the conclusions to write",
+        "--summary-md": "README's short form: which runs trained, each test against sum, the table",
         "--table-json": "JSON table to write", "--highway-csv": "the highway measures by update, CSV to write",
         "--figures": "directory for the figures"}),
     "measure": ("posenc.stages.measure", "measure one model for the conjectures of the sum-versus-concat debate", {

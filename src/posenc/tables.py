@@ -68,6 +68,14 @@ VERDICTS = ("significant after Holm's adjustment",
             "within noise (the interval includes 0)")
 
 
+def how_it_reads(results: list[dict]) -> str:
+    """How one comparison reads over the test sets, in the summaries' short words: "significant
+    after Holm's adjustment on 2 of 3, within noise on 1 of 3"."""
+    kinds = [VERDICTS.index(verdict(r)) for r in results]
+    return ", ".join(f"{short} on {kinds.count(i)} of {len(results)}" for i, short in enumerate(
+        ("significant after Holm's adjustment", "unadjusted interval excludes 0", "within noise")) if i in kinds)
+
+
 def verdict(s: dict) -> str:
     """How one seed-aware comparison reads (VERDICTS): Holm-adjusted significant, nominal, or
     within noise."""
