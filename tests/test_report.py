@@ -326,8 +326,12 @@ def test_the_code_revision_is_the_first_commit_with_the_pinned_sources(tmp_path,
         git("add", "-A"), git("commit", "-qm", text)
         revisions.append(git("rev-parse", "HEAD"))
     md5 = hashlib.md5(b"a = 2\n").hexdigest()
-    stages = {"train@x-1": {"deps": [{"path": "src/model.py", "md5": md5}, {"path": "data/a", "md5": "0"}]},
-              "report": {"deps": [{"path": "src/other.py", "md5": "stale"}]}}
+    stages = {"train@x-1": {"deps": [{"path": "src/model.py", "md5": md5}, {"path": "data/a", "md5": "0"}],
+                            "outs": [{"path": "results/runs/x-1/metrics.json"}]},
+              "report": {"deps": [{"path": "src/other.py", "md5": "stale"}, {"path": "results/runs", "md5": "1"}]},
+              # another part's aggregate, which the report does not read: its code is not the table's
+              "residuals": {"deps": [{"path": "src/residuals.py", "md5": "stale"}, {"path": "results/runs"}],
+                            "outs": [{"path": "results/residual/table.md"}]}}
     assert code_revision(stages) == revisions[1]
     (tmp_path / "src/other.py").write_text("b = 1\n")
     (tmp_path / "results.md").write_text("figures\n")

@@ -264,12 +264,29 @@ def provenance(runs: list[dict], lock: Path) -> dict:
             "versions": {p: version(p) for p in ("torch", "sacrebleu", "sentencepiece")}}
 
 
+def upstream(stages: dict, name: str) -> set[str]:
+    """The stages of dvc.lock whose outputs stage `name` reads, and theirs in turn: an output is
+    read when it is a dependency's path or lies inside it (`results/runs` holds each run's files)."""
+    def inside(path: str, folder: str) -> bool:
+        return path == folder or path.startswith(folder.rstrip("/") + "/")
+    seen, todo = set(), [name]
+    while todo:
+        deps = [d["path"] for d in stages.get(todo.pop(), {}).get("deps", [])]
+        for other, stage in stages.items():
+            if other not in seen and any(inside(o["path"], d) for o in stage.get("outs", []) for d in deps):
+                seen.add(other)
+                todo.append(other)
+    return seen - {name}
+
+
 def code_revision(stages: dict) -> str:
     """The revision of the code that computed the runs: the first commit at which every source
     file that dvc.lock records for the stages before the report had its pinned content. Later
-    commits that change other files, or only results, leave it where it is, so the table names
-    what computed it rather than the latest commit."""
-    pinned = {d["path"]: d["md5"] for name, stage in stages.items() if name != "report"
+    commits that change other files, or only results, or the code of a stage the report does not
+    read (another part's aggregate), leave it where it is, so the table names what computed it
+    rather than the latest commit."""
+    before = upstream(stages, "report")
+    pinned = {d["path"]: d["md5"] for name, stage in stages.items() if name in before
               for d in stage.get("deps", []) if d["path"].startswith("src/") and "md5" in d}
     if not pinned:
         return "unknown (dvc.lock records no source file)"
