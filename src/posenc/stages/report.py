@@ -387,7 +387,8 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
     lines += ["", "Provenance:", "",
               f"- BLEU signature: `{prov['bleu_signature']}`",
               f"- chrF signature: `{prov['chrf_signature']}`",
-              f"- code revision (the first commit with the source files dvc.lock records): `{prov['code_revision']}`",
+              "- code revision (the first commit with the source files that dvc.lock records for the stages "
+              f"this table reads): `{prov['code_revision']}`",
               "- numerics: " + (", ".join(f"{k} {v}" for k, v in prov["numerics"].items()) if prov.get("numerics")
                                 else "not recorded (runs from before the numerics modes: native)"),
               "- versions: " + ", ".join(f"{k} {v}" for k, v in prov["versions"].items())]
