@@ -230,10 +230,10 @@ def test_provenance_names_the_numerics_and_refuses_two_modes(tmp_path):
     def run(mode):
         return {"signature": {"bleu": "b", "chrf": "c", "numerics": {"mode": mode, "aten": "AVX2"}}}
 
-    prov = provenance([run("portable"), run("portable")], tmp_path / "dvc.lock")
+    prov = provenance([run("portable"), run("portable")], tmp_path / "dvc.lock", [])
     assert prov["numerics"] == {"mode": "portable", "aten": "AVX2"}
     with pytest.raises(UserError, match="under 2 numerics settings .*re-run their evaluate stages under one"):
-        provenance([run("portable"), run("native")], tmp_path / "dvc.lock")
+        provenance([run("portable"), run("native")], tmp_path / "dvc.lock", [])
 
 
 def test_runs_whose_hypotheses_differ_in_length_are_refused(tmp_path):
@@ -326,20 +326,24 @@ def test_the_code_revision_is_the_first_commit_with_the_pinned_sources(tmp_path,
         git("add", "-A"), git("commit", "-qm", text)
         revisions.append(git("rev-parse", "HEAD"))
     md5 = hashlib.md5(b"a = 2\n").hexdigest()
+    # the report reads results/runs, which evaluate@x-1 writes from train@x-1's model; its own
+    # entry is not needed (its first run has none), and another part's aggregate is not its code
     stages = {"train@x-1": {"deps": [{"path": "src/model.py", "md5": md5}, {"path": "data/a", "md5": "0"}],
-                            "outs": [{"path": "results/runs/x-1/metrics.json"}]},
-              "report": {"deps": [{"path": "src/other.py", "md5": "stale"}, {"path": "results/runs", "md5": "1"}]},
-              # another part's aggregate, which the report does not read: its code is not the table's
+                            "outs": [{"path": "models/x-1/model.pt"}]},
+              "evaluate@x-1": {"deps": [{"path": "models/x-1/model.pt", "md5": "2"}],
+                               "outs": [{"path": "results/runs/x-1/metrics.json"}]},
               "residuals": {"deps": [{"path": "src/residuals.py", "md5": "stale"}, {"path": "results/runs"}],
                             "outs": [{"path": "results/residual/table.md"}]}}
-    assert code_revision(stages) == revisions[1]
+    reads = ["results/runs"]
+    assert code_revision(stages, reads) == revisions[1]
     (tmp_path / "src/other.py").write_text("b = 1\n")
     (tmp_path / "results.md").write_text("figures\n")
     git("add", "-A"), git("commit", "-qm", "later")
-    assert code_revision(stages) == revisions[1]
+    assert code_revision(stages, reads) == revisions[1]
     stages["train@x-1"]["deps"][0]["md5"] = hashlib.md5(b"a = 3\n").hexdigest()
-    assert code_revision(stages).startswith("uncommitted")
-    assert code_revision({}).startswith("unknown")
+    assert code_revision(stages, reads).startswith("uncommitted")  # reached through evaluate's model
+    assert code_revision(stages, ["results/elsewhere"]).startswith("unknown")
+    assert code_revision({}, reads).startswith("unknown")
 
 
 @pytest.mark.parametrize("text", ["step\tloss\tppl\neight\t1.0\t2.7\n", "step\n8\n"])

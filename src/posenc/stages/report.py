@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import statistics
 import subprocess
 from importlib.metadata import version
@@ -243,8 +244,9 @@ def bleu_by_length(runs: list[dict], corpus: corpora.Corpus, raw: Path,
     return rows
 
 
-def provenance(runs: list[dict], lock: Path) -> dict:
-    """What a citation needs: metric signatures, data hashes from dvc.lock, code revision, versions."""
+def provenance(runs: list[dict], lock: Path, reads: list[str]) -> dict:
+    """What a citation needs: metric signatures, data hashes from dvc.lock, the revision of the code
+    that made what the report `reads`, versions."""
     hashes, stages = {}, {}
     if Path(lock).is_file():
         stages = (yaml.safe_load(Path(lock).read_text(encoding="utf-8")) or {}).get("stages", {})
@@ -260,32 +262,33 @@ def provenance(runs: list[dict], lock: Path) -> dict:
     return {"numerics": runs[0]["signature"].get("numerics"),
             "bleu_signature": runs[0]["signature"]["bleu"],
             "chrf_signature": runs[0]["signature"]["chrf"],
-            "data_md5_from_dvc_lock": hashes, "code_revision": code_revision(stages),
+            "data_md5_from_dvc_lock": hashes, "code_revision": code_revision(stages, reads),
             "versions": {p: version(p) for p in ("torch", "sacrebleu", "sentencepiece")}}
 
 
-def upstream(stages: dict, name: str) -> set[str]:
-    """The stages of dvc.lock whose outputs stage `name` reads, and theirs in turn: an output is
-    read when it is a dependency's path or lies inside it (`results/runs` holds each run's files)."""
+def upstream(stages: dict, reads: list[str]) -> set[str]:
+    """The stages of dvc.lock whose outputs lie in the paths a stage `reads`, and the stages whose
+    outputs those read in turn. From the paths, not from the reader's own lock entry, which its
+    first run does not have yet."""
     def inside(path: str, folder: str) -> bool:
         return path == folder or path.startswith(folder.rstrip("/") + "/")
-    seen, todo = set(), [name]
+    seen, todo = set(), list(reads)
     while todo:
-        deps = [d["path"] for d in stages.get(todo.pop(), {}).get("deps", [])]
-        for other, stage in stages.items():
-            if other not in seen and any(inside(o["path"], d) for o in stage.get("outs", []) for d in deps):
-                seen.add(other)
-                todo.append(other)
-    return seen - {name}
+        read = todo.pop()
+        for name, stage in stages.items():
+            if name not in seen and any(inside(o["path"], read) for o in stage.get("outs", [])):
+                seen.add(name)
+                todo += [d["path"] for d in stage.get("deps", [])]
+    return seen
 
 
-def code_revision(stages: dict) -> str:
+def code_revision(stages: dict, reads: list[str]) -> str:
     """The revision of the code that computed the runs: the first commit at which every source
-    file that dvc.lock records for the stages before the report had its pinned content. Later
-    commits that change other files, or only results, or the code of a stage the report does not
-    read (another part's aggregate), leave it where it is, so the table names what computed it
-    rather than the latest commit."""
-    before = upstream(stages, "report")
+    file that dvc.lock records for the stages before the report (those whose outputs it `reads`)
+    had its pinned content. Later commits that change other files, or only results, or the code
+    of a stage the report does not read (another part's aggregate), leave it where it is, so the
+    table names what computed it rather than the latest commit."""
+    before = upstream(stages, reads)
     pinned = {d["path"]: d["md5"] for name, stage in stages.items() if name in before
               for d in stage.get("deps", []) if d["path"].startswith("src/") and "md5" in d}
     if not pinned:
@@ -653,7 +656,7 @@ def run(args) -> None:
     runs = load_runs(Path(args.runs), variants, seeds, corpus)
     rows = table_rows(runs, corpus)
     sig = significance(runs, corpus, raw, cfg.baseline, cfg.bootstrap_samples, cfg.bootstrap_seed)
-    prov = provenance(runs, Path(args.lock))
+    prov = provenance(runs, Path(args.lock), [os.path.relpath(args.runs), os.path.relpath(args.raw)])
     by_length = bleu_by_length(runs, corpus, raw, cfg.length_buckets, cfg.bootstrap_samples)
     # Dev logs are the train stage's text, in each run's results directory (posenc.runs).
     curves = {run_name(r["variant"], r["seed"]): read_dev_log(dev_log_path(Path(args.runs), r["variant"], r["seed"]))
