@@ -74,8 +74,9 @@ STAGES = {
         "--short-runs": "directory of the short runs' results (lengths.json, hyps/)",
         "--spm": "SentencePiece model (its EOS id)", "--arrays": "encoded splits (the source lengths)",
         "--raw": "references", "--table-md": "Markdown table to write",
-        "--findings-md": "Markdown of the conclusions to write", "--table-json": "JSON table to write",
-        "--by-length-csv": "BLEU by length bucket per variant, CSV to write",
+        "--findings-md": "Markdown of the conclusions to write",
+        "--summary-md": "README's short form: what was trained and tested, the conclusions as a list",
+        "--table-json": "JSON table to write", "--by-length-csv": "BLEU by length bucket per variant, CSV to write",
         "--figures": "directory for the figures"}),
     "residuals": ("posenc.stages.residuals", "the residual study: sum, concat, none over seeds, the seed-aware test, the gradient highway", {
         "--runs": "directory of the positional runs' results (sum at model.layers is sinusoidal's)",

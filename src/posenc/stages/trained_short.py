@@ -154,29 +154,15 @@ def markdown(rows: list[dict], refs: list[dict], sig: dict, short: ShortTraining
     return "\n".join(lines) + "\n"
 
 
-def findings(rows: list[dict], refs: list[dict], sig: dict, short: ShortTrainingConfig, samples: int) -> str:
-    """What the figures support (generated: no conclusion outlives its numbers)."""
-    lines = ["## §3.5 trained short, tested long: what the figures support", ""]
+def points(rows: list[dict], refs: list[dict], sig: dict, short: ShortTrainingConfig, samples: int) -> list[str]:
+    """What the figures support, one point a question: §3.5's claim, the kept shares, the tests
+    against each reference, the early stops (generated: no conclusion outlives its numbers). The
+    findings give them as paragraphs, README's summary as a list."""
     kept = {r["variant"]: r["kept"] for r in rows}
     if all(k is None for k in kept.values()):
-        return "\n".join(lines + ["No variant has a BLEU above 0 within L on every seed, so no share kept beyond "
-                                   "L is defined: the runs support no conclusion.", ""])
-    ranked = sorted((v for v in kept if kept[v]), key=lambda v: -kept[v]["mean"])
-    lines += [f"Beyond L = {short.max_len} subwords the variants keep, of their BLEU within L: "
-              + ", ".join(f"`{v}` {kept[v]['mean']:.0%}" for v in ranked) + ".", ""]
-    for ref in REFERENCES:
-        # each variant's difference from `ref`, whichever side of a comparison `ref` is on
-        mine = {(b if a == ref else a): (r["delta"] if b == ref else -r["delta"], r["p_holm"])
-                for (a, b), r in ((c.split(" vs "), r) for c, r in sig.items())
-                if ref in (a, b) and r["p"] is not None}
-        if not mine:
-            continue
-        more = [f"`{v}`" for v, (delta, p) in mine.items() if p < 0.05 and delta > 0]
-        less = [f"`{v}`" for v, (delta, p) in mine.items() if p < 0.05 and delta < 0]
-        lines += [f"**Against `{ref}`** (Holm-adjusted, {samples} resamples): "
-                  + (f"keep significantly more: {', '.join(more)}; " if more else "no variant keeps significantly more; ")
-                  + (f"keep significantly less: {', '.join(less)}." if less else "no variant keeps significantly less."),
-                  ""]
+        return ["No variant has a BLEU above 0 within L on every seed, so no share kept beyond L is defined: "
+                "the runs support no conclusion."]
+    said = []
     claim = sig.get("learned vs sinusoidal")
     if claim and claim["p"] is not None:
         # §3.5: sinusoids "may allow the model to extrapolate to sequence lengths longer than the
@@ -187,23 +173,55 @@ def findings(rows: list[dict], refs: list[dict], sig: dict, short: ShortTraining
                        "contradicts it: `learned` keeps significantly more")
         else:
             verdict = "neither supports nor refutes it: `learned` and `sinusoidal` do not differ significantly"
-        lines += [f"**§3.5's claim**, that the sinusoids extrapolate beyond the lengths seen in training better "
-                  f"than a learned table: this protocol {verdict} ({claim['delta']:+.3f} of kept share, "
-                  f"95% interval [{lo:+.3f}, {hi:+.3f}], {p_is(claim['p_holm'], samples, 'Holm p')}).", ""]
+        said.append(f"**§3.5's claim**, that the sinusoids extrapolate beyond the lengths seen in training better "
+                    f"than a learned table: this protocol {verdict} ({claim['delta']:+.3f} of kept share, "
+                    f"95% interval [{lo:+.3f}, {hi:+.3f}], {p_is(claim['p_holm'], samples, 'Holm p')}).")
+    ranked = sorted((v for v in kept if kept[v]), key=lambda v: -kept[v]["mean"])
+    said.append(f"**Kept beyond L = {short.max_len} subwords**, of each variant's BLEU within L: "
+                + ", ".join(f"`{v}` {kept[v]['mean']:.0%}" for v in ranked) + ".")
+    for ref in REFERENCES:
+        # each variant's difference from `ref`, whichever side of a comparison `ref` is on
+        mine = {(b if a == ref else a): (r["delta"] if b == ref else -r["delta"], r["p_holm"])
+                for (a, b), r in ((c.split(" vs "), r) for c, r in sig.items())
+                if ref in (a, b) and r["p"] is not None}
+        if mine:
+            more = [f"`{v}`" for v, (delta, p) in mine.items() if p < 0.05 and delta > 0]
+            less = [f"`{v}`" for v, (delta, p) in mine.items() if p < 0.05 and delta < 0]
+            said.append(f"**Against `{ref}`** (Holm-adjusted, {samples} resamples): "
+                        + (f"keep significantly more: {', '.join(more)}; " if more else "no variant keeps significantly more; ")
+                        + (f"keep significantly less: {', '.join(less)}." if less else "no variant keeps significantly less."))
     beyond = refs[1:]
     ref_share = sum(b["within_max_len"] for b in beyond) / max(1, sum(b["sentences"] for b in beyond))
     stops = {r["variant"]: sum(b["stopped_within_max_len"] for b in r["buckets"][1:])
              / max(1, sum(b["outputs"] for b in r["buckets"][1:])) for r in rows}
-    lines += ["Early stops beyond L (outputs of a source longer than L that end at or before L target "
-              "positions): " + ", ".join(f"`{v}` {s:.0%}" for v, s in stops.items())
-              + f"; of those sources' references, {ref_share:.0%} are that short. "
-              + (f"Every variant ends at or before L more often than the references do (by "
-                 f"{100 * (min(stops.values()) - ref_share):.0f} to {100 * (max(stops.values()) - ref_share):.0f} "
-                 "points): part of the drop beyond L is the stop learned from short targets (Varis & Bojar 2021), "
-                 "whatever the position scheme." if min(stops.values()) > ref_share else
-                 "Not every variant ends at or before L more often than the references do: the drop beyond L is not "
-                 "explained by early stops alone."), ""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    said.append("**Early stops beyond L** (outputs of a source longer than L that end at or before L target "
+                "positions): " + ", ".join(f"`{v}` {s:.0%}" for v, s in stops.items())
+                + f"; of those sources' references, {ref_share:.0%} are that short. "
+                + (f"Every variant ends at or before L more often than the references do (by "
+                   f"{100 * (min(stops.values()) - ref_share):.0f} to {100 * (max(stops.values()) - ref_share):.0f} "
+                   "points): part of the drop beyond L is the stop learned from short targets (Varis & Bojar 2021), "
+                   "whatever the position scheme." if min(stops.values()) > ref_share else
+                   "Not every variant ends at or before L more often than the references do: the drop beyond L is not "
+                   "explained by early stops alone."))
+    return said
+
+
+def findings(rows: list[dict], refs: list[dict], sig: dict, short: ShortTrainingConfig, samples: int) -> str:
+    """docs/results.md's account: the points, a paragraph each."""
+    return "\n\n".join(["## §3.5 trained short, tested long: what the figures support",
+                         *points(rows, refs, sig, short, samples)]) + "\n"
+
+
+def summary(rows: list[dict], refs: list[dict], sig: dict, short: ShortTrainingConfig, seeds: tuple[int, ...],
+            samples: int, splits: list[str]) -> str:
+    """README's front for §3.5's protocol: what was trained and tested, then the points as a list
+    (the table by source length and the tests are table.md, in docs/results.md)."""
+    return "\n".join([f"Generated by `posenc trained-short`: each variant trained on the pairs of at most L = "
+                      f"{short.max_len} subwords a side, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}, then "
+                      f"tested on every sentence of {', '.join(splits)}; the share of its BLEU within L that a "
+                      "variant keeps beyond L, read with the two-level bootstrap and Holm's adjustment (the "
+                      "table by source length and the tests: docs/results.md).", "",
+                      *(f"- {p}" for p in points(rows, refs, sig, short, samples))]) + "\n"
 
 
 def plot(rows: list[dict], short: ShortTrainingConfig, seeds: tuple[int, ...], runs: dict, path: Path) -> None:
@@ -253,8 +271,8 @@ def run(args) -> None:
     rows = table_rows(runs, sets, short.variants, seeds)
     sig = significance(sets, short.variants, seeds, report.bootstrap_samples, report.bootstrap_seed)
     figures = Path(args.figures)
-    files.clear(figures / "*.png", figures / "*.svg", args.table_md, args.findings_md, args.table_json,
-                args.by_length_csv)  # never a mix of two runs' outputs
+    files.clear(figures / "*.png", figures / "*.svg", args.table_md, args.findings_md, args.summary_md,
+                args.table_json, args.by_length_csv)  # never a mix of two runs' outputs
     plot(rows, short, seeds, runs, figures / "bleu_by_length.png")
     files.write_text(args.by_length_csv, to_csv(
         [{"variant": r["variant"], "sources": b["sources"], "sentences": b["sentences"],
@@ -266,4 +284,6 @@ def run(args) -> None:
                                        "significance": sig})
     files.write_text(args.table_md, markdown(rows, refs, sig, short, seeds, report.bootstrap_samples))
     files.write_text(args.findings_md, findings(rows, refs, sig, short, report.bootstrap_samples))
+    files.write_text(args.summary_md, summary(rows, refs, sig, short, seeds, report.bootstrap_samples,
+                                              list(corpus.scored)))
     print(f"trained_short: {len(rows)} variants x {len(seeds)} seeds, L = {short.max_len} -> {args.table_md}")
