@@ -272,9 +272,12 @@ def upstream(stages: dict, reads: list[str]) -> set[str]:
     first run does not have yet."""
     def inside(path: str, folder: str) -> bool:
         return path == folder or path.startswith(folder.rstrip("/") + "/")
-    seen, todo = set(), list(reads)
+    seen, scanned, todo = set(), set(), list(reads)
     while todo:
         read = todo.pop()
+        if read in scanned:
+            continue
+        scanned.add(read)
         for name, stage in stages.items():
             if name not in seen and any(inside(o["path"], read) for o in stage.get("outs", [])):
                 seen.add(name)

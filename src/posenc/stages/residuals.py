@@ -266,11 +266,22 @@ def starts(runs: dict) -> dict[int, str]:
     return {d: inits.pop() for d, inits in out.items()}
 
 
+def dev_ppl(rows: list[dict]) -> dict[tuple[str, int], float]:
+    """Each cell's mean dev perplexity over seeds."""
+    return {(r["kind"], r["layers"]): r["dev_ppl"]["mean"] for r in rows}
+
+
 def did_not_train(rows: list[dict], cells: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """The cells whose dev perplexity ends more than an order of magnitude above the study's best:
     they did not learn to translate, and their measures describe a failed run."""
-    ppl = {(r["kind"], r["layers"]): r["dev_ppl"]["mean"] for r in rows}
+    ppl = dev_ppl(rows)
     return [c for c in cells if ppl[c] > 10 * min(ppl.values())]
+
+
+def tested(sig: dict, cells: list[tuple[str, int]]) -> list[tuple[str, str, int]]:
+    """(comparison, kind, depth) of each test against `sum` that `sig` holds, in its order."""
+    pairs = {comparison(k, d): (k, d) for k, d in cells if k != "sum"}
+    return [(name, *pairs[name]) for name in next(iter(sig.values()), {})]
 
 
 def summary(rows: list[dict], sig: dict, cells: list[tuple[str, int]], corpus: corpora.Corpus) -> str:
@@ -286,10 +297,8 @@ def summary(rows: list[dict], sig: dict, cells: list[tuple[str, int]], corpus: c
     lines.append("- **Which runs trained**: " + (cells_text(trained) if trained else "none")
                  + (". Not (a dev perplexity more than an order of magnitude above the best): "
                     + cells_text(failed) if failed else "") + ".")
-    pairs = {comparison(k, d): (k, d) for k, d in cells if k != "sum"}
     lost_sums = []
-    for name in next(iter(sig.values()), {}):
-        kind, depth = pairs[name]
+    for name, kind, depth in tested(sig, cells):
         if ("sum", depth) in failed:
             lost_sums.append(depth)
             continue
@@ -314,7 +323,7 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
     lines = ["## The residual study: what the figures support", ""]
     # 0. which cells trained at all: a run whose dev perplexity ends more than an order of magnitude
     # above the study's best did not learn to translate, and its measures describe a failed run
-    ppl = {(r["kind"], r["layers"]): r["dev_ppl"]["mean"] for r in rows}
+    ppl = dev_ppl(rows)
     best = min(ppl, key=ppl.get)
     failed = did_not_train(rows, cells)
     if failed:
@@ -407,9 +416,7 @@ def findings(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
     # 4. quality against sum, seed-aware; a gap where a side did not train measures the failure
     if sig:
         samples = next(iter(next(iter(sig.values())).values()))["samples"]
-        pairs = {comparison(k, d): (k, d) for k, d in cells if k != "sum"}
-        for name in next(iter(sig.values())):
-            kind, depth = pairs[name]
+        for name, kind, depth in tested(sig, cells):
             each = [(t, sig[t][name]) for t in corpus.tests]
             significant = [t for t, s in each if s["p_holm"] < 0.05]
             lost = [k for k in ("sum", kind) if (k, depth) in failed]
