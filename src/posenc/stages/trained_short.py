@@ -145,7 +145,7 @@ def markdown(rows: list[dict], refs: list[dict], sig: dict, short: ShortTraining
                             + [["references"] + [f"{b['within_max_len'] / max(b['sentences'], 1):.0%}" for b in refs]])
     if sig:
         lines += ["", "The kept share of each variant against `sinusoidal` and against `none`, over seeds and "
-                  f"sentences (two-level bootstrap, {samples} resamples, the sentences within and beyond L "
+                  f"sentences (two-level bootstrap, {samples:,} resamples, the sentences within and beyond L "
                   "drawn apart): the difference, its 95% interval, the p-value and the Holm-adjusted one.", ""]
         lines += markdown_table(["comparison", "difference of kept share"], [
             [c, f"{r['delta']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}], {p_is(r['p'], samples)} "
@@ -187,7 +187,7 @@ def points(rows: list[dict], refs: list[dict], sig: dict, short: ShortTrainingCo
         if mine:
             more = [f"`{v}`" for v, (delta, p) in mine.items() if p < 0.05 and delta > 0]
             less = [f"`{v}`" for v, (delta, p) in mine.items() if p < 0.05 and delta < 0]
-            said.append(f"**Against `{ref}`** (Holm-adjusted, {samples} resamples): "
+            said.append(f"**Against `{ref}`** (Holm-adjusted, {samples:,} resamples): "
                         + (f"keep significantly more: {', '.join(more)}; " if more else "no variant keeps significantly more; ")
                         + (f"keep significantly less: {', '.join(less)}." if less else "no variant keeps significantly less."))
     beyond = refs[1:]
