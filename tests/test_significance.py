@@ -91,3 +91,10 @@ def test_no_resample_across_zero_gives_the_floor_of_the_resampling_not_zero():
     assert p_is(result["p"], 1000) == "p ≤ 0.002 (B = 1,000)"
     assert holm({"a": result["p"], "b": 0.3}) == {"a": 0.004, "b": 0.3}  # Holm multiplies the bound
     assert p_is(0.12, 1000) == "p = 0.12"
+
+
+def test_a_count_agrees_with_its_noun():
+    """The reports' "1 seed", "3 seeds", "6 layers": one helper, so a one-seed run reads right."""
+    from posenc.tables import count
+
+    assert [count(n, "seed") for n in (0, 1, 3)] == ["0 seeds", "1 seed", "3 seeds"]

@@ -28,6 +28,11 @@ def cell(s: dict | None) -> str:
     return f"{s['mean']:.{d}f}" + (f" ± {s['std']:.{d}f}" if s.get("std") is not None else "")
 
 
+def count(n: int, noun: str) -> str:
+    """"1 seed", "3 seeds": a number and its noun, agreeing."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def span(values: list[float], spec: str) -> str:
     """"lowest-highest" of the values, each formatted by `spec`."""
     return f"{min(values):{spec}}-{max(values):{spec}}"

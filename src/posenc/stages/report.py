@@ -31,7 +31,7 @@ from posenc.runs import (EXTRAPOLATION, HYPS, METRICS, SCORES, SIGNATURES, dev_l
                          run_name)
 from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, paired_bootstrap, seed_bootstrap, sentence_statistics
-from posenc.tables import (VERDICTS, cell, how_it_reads, markdown_table, p_is, p_text, span, summarize, to_csv,
+from posenc.tables import (VERDICTS, cell, count, how_it_reads, markdown_table, p_is, p_text, span, summarize, to_csv,
                            verdict)
 
 MEASURES = ("bleu", "bleu_tok", "chrf")  # `<measure>_<split>` keys of metrics.json and scores.json
@@ -318,7 +318,7 @@ def markdown(rows: list[dict], sig: dict, ranking: dict, extrapolation: list[dic
              corpus: corpora.Corpus, prov: dict, baseline: str, runs: list[dict]) -> str:
     dev, tests = corpus.dev, corpus.tests
     n = rows[0]["dev_ppl"]["n"]
-    seeds = f"{n} seed{'s' if n > 1 else ''} per variant" + (" (mean ± standard deviation over seeds)" if n > 1 else "")
+    seeds = f"{count(n, 'seed')} per variant" + (" (mean ± standard deviation over seeds)" if n > 1 else "")
     lines = markdown_table(["variant", "params", f"dev PPL ({dev})", f"dev BLEU ({dev})", *(f"BLEU {t}" for t in tests)],
                    [[r["variant"], f"{r['parameters']:,}", cell(r["dev_ppl"]), cell(r[f"bleu_{dev}"])]
                     + [cell(r[f"bleu_{t}"]) for t in tests] for r in rows])
@@ -574,7 +574,7 @@ def plot_learning_curves(curves: dict[str, list[tuple[int, float]]], runs: list[
     ax.set_yscale("log")
     ax.set_ylim(min(lowest) * 0.95, max(second) * 1.1)
     ax.set(xlabel="update", ylabel="dev perplexity (per wordpiece)",
-           title=f"Dev perplexity, mean of {seeds} seed{'s' if seeds > 1 else ''}, band: lowest to highest")
+           title=f"Dev perplexity, mean of {count(seeds, 'seed')}, band: lowest to highest")
     ax.title.set_fontsize("medium")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")

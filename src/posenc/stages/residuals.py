@@ -25,7 +25,7 @@ from posenc.report_config import ReportConfig
 from posenc.runs import HIGHWAY, HYPS, METRICS, SCORES, SIGNATURES, read_object, residual_name, result_dir
 from posenc.scoring import hypothesis_path, read_references
 from posenc.significance import holm, seed_bootstrap, sentence_statistics
-from posenc.tables import cell, how_it_reads, markdown_table, p_is, summarize, to_csv
+from posenc.tables import cell, count, how_it_reads, markdown_table, p_is, summarize, to_csv
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ KINDS = ("sum", "concat", "none")  # posenc.model.Residual: the paper's first, t
 
 
 def layers_text(depth: int) -> str:
-    return f"{depth} layer{'s' if depth != 1 else ''}"
+    return count(depth, "layer")
 
 
 def depths_text(depths: list[int]) -> str:
@@ -213,7 +213,7 @@ def markdown(rows: list[dict], sig: dict, hw: list[dict], cells: list[tuple[str,
              seeds: tuple[int, ...], corpus: corpora.Corpus) -> str:
     tests = corpus.tests
     lines = ["## The residual study: the table", "",
-             f"`sinusoidal` positions, {len(seeds)} seed{'s' if len(seeds) > 1 else ''} per cell "
+             f"`sinusoidal` positions, {count(len(seeds), 'seed')} per cell "
              "(mean ± standard deviation over seeds). `sum` at the positional table's depth is its "
              "`sinusoidal` run. Dev perplexity of the last checkpoint, BLEU and chrF (sacreBLEU) of the "
              "average of the last checkpoints, as in the positional table.", ""]
