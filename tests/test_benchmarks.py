@@ -3,13 +3,17 @@ asserted here: README's Performance section quotes what they print on the real p
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT, posenc
 
@@ -111,23 +115,50 @@ def test_run_costs_sums_each_part_and_scales_a_resumed_run(tmp_path):
     assert r.returncode == 2 and "no train-*.json" in r.stderr
 
 
+def test_residual_init_reads_the_pinned_runs_logs_where_dvc_lock_says_they_are():
+    """The pinned run's logs are found through dvc.lock, so a fresh clone has them however dvc.yaml
+    lays the outputs out (they once moved from models/ to results/residual/runs/ under a fixed path)."""
+    spec = importlib.util.spec_from_file_location("residual_init", ROOT / "benchmarks/residual_init.py")
+    residual_init = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(residual_init)
+    dev, highway = residual_init.pinned(ROOT / "dvc.lock", "train_residual@concat-3-1",
+                                        ("dev_log.tsv", "highway_log.tsv"))
+    train = yaml.safe_load((ROOT / "params.yaml").read_text())["train"]
+    ppl = residual_init.dev_ppl(dev)
+    assert sorted(ppl) == list(range(train["dev_every"], train["max_steps"] + 1, train["dev_every"]))
+    metrics = json.loads((dev.parent / "metrics.json").read_text())  # what evaluate_residual reported
+    assert round(ppl[train["max_steps"]], 4) == metrics["dev_ppl"]
+    assert all(half > 0 for half in residual_init.w_halves(highway))
+
+
 def test_residual_init_trains_concat_from_xavier_beside_the_pinned_identity_start(tiny_data, tmp_path):
-    models = tmp_path / "models"
-    r = run(tiny_data, "residual_init.py", "--layers", "1", "--seed", "1", "--out", str(tmp_path / "x"),
-            "--models", str(models))
+    shutil.copy(tiny_data / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "data").symlink_to(tiny_data / "data")
+    stage = "train_residual@concat-1-1"
+    r = run(tmp_path, "residual_init.py", "--layers", "1", "--seed", "1", "--out", "x")
     assert r.returncode == 2 and r.stderr.strip() == (
-        f"residual_init: {models}/residual-concat-1-1/dev_log.tsv: missing; run `dvc repro --single-item "
-        "train_residual@concat-1-1` first")
-    pinned = models / "residual-concat-1-1"  # the study's run as dvc.yaml's train_residual trains it
+        "residual_init: dvc.lock: missing; run from the project root or pass --lock")
+    # a lock as DVC writes it, the study's stage at 1 layer: the real one's paths, another item
+    real = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]["train_residual@concat-3-1"]
+    entry = {kind: [{"path": o["path"].replace("concat-3-1", "concat-1-1")} for o in real[kind]]
+             for kind in ("deps", "outs")}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"prepare": {}}}))
+    r = run(tmp_path, "residual_init.py", "--layers", "1", "--seed", "1", "--out", "x")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"residual_init: dvc.lock: {stage} is not pinned; run `dvc repro --single-item {stage}` first")
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {stage: entry}}))
+    out = {Path(o["path"]).name: o["path"] for o in entry["outs"]}
+    r = run(tmp_path, "residual_init.py", "--layers", "1", "--seed", "1", "--out", "x")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"residual_init: {out['dev_log.tsv']}: missing; `git checkout {out['dev_log.tsv']}`")
     r = posenc("train", "--variant", "sinusoidal", "--seed", "1", "--residual", "concat", "--layers", "1",
                "--spm", "data/prepared/spm.model", "--arrays", "data/prepared/arrays",
-               "--model", str(pinned / "model.pt"), "--last", str(pinned / "last.pt"),
-               "--train-log", str(pinned / "train_log.tsv"), "--dev-log", str(pinned / "dev_log.tsv"),
-               "--digests", str(pinned / "digests.json"), "--highway", str(pinned / "highway_log.tsv"),
-               "--checkpoints", str(tmp_path / "ck"), "--timings", str(tmp_path / "t.json"), cwd=tiny_data)
+               *(arg for flag, name in (("--model", "model.pt"), ("--last", "last.pt"), ("--train-log", "train_log.tsv"),
+                                        ("--dev-log", "dev_log.tsv"), ("--digests", "digests.json"),
+                                        ("--highway", "highway_log.tsv")) for arg in (flag, out[name])),
+               "--checkpoints", "ck", "--timings", "t.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    out = bench(tiny_data, "residual_init.py", "--layers", "1", "--seed", "1", "--out", str(tmp_path / "x"),
-                "--models", str(models))
+    out = bench(tmp_path, "residual_init.py", "--layers", "1", "--seed", "1", "--out", "x")
     assert out.startswith("concat, 1 layer, seed 1: dev perplexity by update, W started at [I I] (the pinned "
                           "run) and at Xavier\n")
     rows = re.findall(r"^ +(\d+) +([\d.]+) +([\d.]+)$", out, re.M)
