@@ -8,6 +8,13 @@ references.
 
 Without --model a randomly initialised model of the default size is used (its outputs run to the
 length limit, so it measures long outputs; no CTranslate2 rows).
+
+Each speed is also a share of the GEMM peak measured in the same run, as training's are
+(train_throughput.py): the work is torch's FLOP count of posenc's cached search of the sentences
+(the same for every row, so the uncached search's recomputation counts as time, not work), the
+peak the model's own training-step products replayed alone at the same threads. A search forms
+products of a few rows (the beams of a batch, one target position at a time), far from the shapes
+a GEMM runs fastest on; the share says how far (int8's too is against the float32 peak).
 """
 
 from __future__ import annotations
@@ -20,12 +27,17 @@ import sys
 import time
 from pathlib import Path
 
-from posenc import numerics
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_throughput, beside this file
+
+from posenc import numerics  # noqa: E402
 
 numerics.apply(numerics.mode_from_argv(sys.argv[1:]))  # before torch loads its kernels
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+import train_throughput as tt  # noqa: E402
 
 from posenc import ct2, runtime, scoring, tokens  # noqa: E402
 from posenc.config import ModelConfig, SinusoidalSettings  # noqa: E402
@@ -46,6 +58,22 @@ def interleaved(searches: dict, rounds: int, sentences: int) -> tuple[dict[str, 
             outputs[name] = search()
             rates[name].append(sentences / (time.perf_counter() - start))
     return rates, outputs
+
+
+def search_work(search) -> float:
+    """FLOPs of one run of `search`, as torch counts them."""
+    with FlopCounterMode(display=False) as counter:
+        search()
+    return counter.get_total_flops()
+
+
+def gemm_peak(model_config) -> float:
+    """The GEMM peak in FLOP/s: the products of one training step of a fresh model of this config
+    on a synthetic batch of train_throughput's default shape, replayed alone at the threads set now."""
+    torch.manual_seed(0)
+    fresh = build_model(model_config)
+    peak, _ = tt.matmul_peak(fresh, tt.adam(fresh), tt.batches(1, 256, 16, model_config.vocab_size, seed=0)[0])
+    return peak
 
 
 def main() -> None:
@@ -94,19 +122,25 @@ def main() -> None:
                 [sp.piece_to_id(p) for p in hyp]
                 for hyp in ct2.search(engine, sp, pieces, a.beam, LENPEN, MAX_LEN_EXTRA)]
     rates, outputs = interleaved(searches, a.rounds, len(sources))
+    work, peak = search_work(searches["posenc, cached"]), gemm_peak(model.config)
+    per_sentence = work / len(sources)
     refs = None
     if a.raw and sp is not None:
         refs = scoring.read_references(Path(a.raw), "val", len(sources))
     print(f"{len(sources)} sentences, beam {a.beam}, {a.threads} threads, {a.rounds} rounds, "
           f"allocator: {os.environ.get('LD_PRELOAD') or 'glibc tuned'}; same outputs with and "
           f"without the cache: {outputs['posenc, cached'] == outputs['posenc, uncached']}")
+    print(f"work: {work / 1e9:.4g} GFLOP for the {len(sources)} sentences (torch's count of posenc's cached "
+          f"search); GEMM peak {peak / 1e9:.1f} GFLOP/s (a training step's products alone, {a.threads} threads)")
     for name, r in rates.items():
         bleu = ""
         if refs is not None:
             hyps = [sp.decode(ids) for ids in outputs[name]]
             bleu = f"; BLEU {scoring.score(hyps, refs)['bleu']:.2f}"
         same = sum(x == y for x, y in zip(outputs[name], outputs["posenc, cached"]))
-        print(f"{name:20s} median {statistics.median(r):7.1f} sentences/s (min {min(r):.1f}, max {max(r):.1f}); "
+        speed = statistics.median(r) * per_sentence
+        print(f"{name:20s} median {statistics.median(r):7.1f} sentences/s (min {min(r):.1f}, max {max(r):.1f}) "
+              f"= {speed / 1e9:.1f} GFLOP/s = {speed / peak:.0%} of the peak; "
               f"{same}/{len(sources)} outputs as posenc's{bleu}")
     cached = statistics.median(rates["posenc, cached"])
     print(f"speed-up from the cache: {cached / statistics.median(rates['posenc, uncached']):.2f}x")

@@ -20,7 +20,8 @@ Decoding (--model): one trained posenc model, the same weights in each engine, o
 --sentences val sentences, interleaved rounds: posenc's cached beam search, CTranslate2 float32
 (posenc export) and fairseq's own `SequenceGenerator` (the model converted: posenc's sinusoid
 loaded as fairseq's learned position table), beam and length limit as the eval params, with BLEU
-when --raw gives the references.
+when --raw gives the references. Each engine's sentences/s is a share of the same peak too, its
+work counted once, by torch on posenc's cached search of the same sentences.
 
     make peers     # .venv-peers: the pinned set, fairseq and eole (benchmarks/peers.lock)
     .venv-peers/bin/python benchmarks/peers.py --arrays data/prepared/arrays \\
@@ -337,7 +338,7 @@ def fairseq_translator(model, sp, work: Path, beam: int, max_len_extra: int, len
     return lambda lines: [h.split() for h in hub.translate(lines, beam=beam)]
 
 
-def decode(a, model_path: Path, sp, work: Path, beam: int, lenpen: float, max_len_extra: int,
+def decode(a, model_path: Path, sp, work: Path, peak: float, beam: int, lenpen: float, max_len_extra: int,
            batch_tokens: int) -> None:
     import decode_speed
 
@@ -364,16 +365,19 @@ def decode(a, model_path: Path, sp, work: Path, beam: int, lenpen: float, max_le
         "CTranslate2 float32": lambda: ct2.search(engine, sp, pieces, beam, lenpen, max_len_extra),
         "fairseq": lambda: fairseq(lines)}
     rates, outputs = decode_speed.interleaved(searches, a.rounds, len(sources))
+    per_sentence = decode_speed.search_work(searches["posenc, cached"]) / len(sources)
     refs = scoring.read_references(a.raw, "val", len(sources)) if a.raw else None
     print(f"decoding: {len(sources)} val sentences of {model_path}, beam {beam}, length penalty {lenpen}, "
           f"limit source + {max_len_extra}, 1 thread, {a.rounds} rounds; eole: not run (its decoder "
-          f"layers are pre-norm only: it cannot hold this post-norm model)")
+          f"layers are pre-norm only: it cannot hold this post-norm model); {per_sentence / 1e6:.1f} MFLOP a "
+          f"sentence (torch's count of posenc's cached search, the work of every row)")
     posenc_rate = statistics.median(rates["posenc, cached"])
     for name, r in rates.items():
         same = sum(x == y for x, y in zip(outputs[name], outputs["posenc, cached"]))
         bleu = (f"; BLEU {scoring.score([sp.decode(h) for h in outputs[name]], refs)['bleu']:.2f}"
                 if refs else "")
-        print(f"  {name:20s} median {statistics.median(r):7.1f} sentences/s (min {min(r):.1f}, max {max(r):.1f}), "
+        print(f"  {name:20s} median {statistics.median(r):7.1f} sentences/s (min {min(r):.1f}, max {max(r):.1f}) "
+              f"= {statistics.median(r) * per_sentence / peak:.0%} of the peak, "
               f"{statistics.median(r) / posenc_rate:.2f}x posenc's; {same}/{len(sources)} outputs as posenc's{bleu}")
 
 
@@ -462,7 +466,7 @@ def main() -> None:
                   f"after {last['updates']} updates")
         if a.model:
             ev = decode_settings(a.params)
-            decode(a, a.model, sp, work, *ev)
+            decode(a, a.model, sp, work, peak, *ev)
 
 
 def decode_settings(params: Path) -> tuple[int, float, int, int]:

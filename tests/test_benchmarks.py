@@ -77,9 +77,16 @@ def test_decode_speed_prints_the_four_searches_and_how_they_agree(tiny_data, tin
                 "--spm", "data/prepared/spm.model", "--raw", "data/raw/multi30k",
                 "--sentences", "6", "--rounds", "1", "--threads", "1")
     assert "same outputs with and without the cache: True" in out
+    work, peak = map(float, re.search(r"^work: ([\d.]+) GFLOP for the 6 sentences \(torch's count of posenc's "
+                                      r"cached search\); GEMM peak ([\d.]+) GFLOP/s \(a training step's products "
+                                      r"alone, 1 threads\)$", out, re.M).groups())
     for search in ("posenc, cached", "posenc, uncached", "CTranslate2 float32", "CTranslate2 int8"):
-        assert re.search(rf"^{search} +median +[\d.]+ sentences/s \(min [\d.]+, max [\d.]+\); \d/6 outputs "
-                         rf"as posenc's; BLEU [\d.]+$", out, re.M), search
+        row = re.search(rf"^{search} +median +([\d.]+) sentences/s \(min [\d.]+, max [\d.]+\) = ([\d.]+) GFLOP/s "
+                        rf"= (\d+)% of the peak; \d/6 outputs as posenc's; BLEU [\d.]+$", out, re.M)
+        assert row, search
+        rate, speed, share = map(float, row.groups())
+        assert speed == pytest.approx(rate * work / 6, rel=0.02, abs=0.06)  # the same work in every row
+        assert share == pytest.approx(100 * speed / peak, abs=1)
     assert re.search(r"^speed-up from the cache: [\d.]+x$", out, re.M)
     assert re.search(r"^posenc cached / CTranslate2 float32: [\d.]+x; / int8: [\d.]+x$", out, re.M)
 
@@ -198,10 +205,12 @@ def test_peers_trains_and_decodes_with_posenc_fairseq_and_eole_and_prints_every_
     assert parameters["fairseq"] - parameters["posenc"] == 4 * 32 * 3
     assert parameters["eole"] - parameters["posenc"] == 2 * 32
     assert re.search(r"^decoding: 6 val sentences of evalm/model.pt, beam 2, length penalty 0.6, limit source \+ 5, "
-                     r"1 thread, 1 rounds; eole: not run \(its decoder layers are pre-norm only", out, re.M)
+                     r"1 thread, 1 rounds; eole: not run \(its decoder layers are pre-norm only: it cannot hold "
+                     r"this post-norm model\); [\d.]+ MFLOP a sentence \(torch's count of posenc's cached search, "
+                     r"the work of every row\)$", out, re.M)
     for search in ("posenc, cached", "CTranslate2 float32", "fairseq"):
-        assert re.search(rf"^  {search} +median +[\d.]+ sentences/s \(min [\d.]+, max [\d.]+\), [\d.]+x posenc's; "
-                         rf"\d/6 outputs as posenc's; BLEU [\d.]+$", out, re.M), (search, out)
+        assert re.search(rf"^  {search} +median +[\d.]+ sentences/s \(min [\d.]+, max [\d.]+\) = \d+% of the peak, "
+                         rf"[\d.]+x posenc's; \d/6 outputs as posenc's; BLEU [\d.]+$", out, re.M), (search, out)
 
 
 def test_peers_refuses_a_model_the_peers_cannot_build_and_an_environment_without_them(tiny_data, tmp_path):
