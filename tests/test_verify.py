@@ -173,3 +173,38 @@ def test_pinned_dev_hypotheses_cut_short_or_not_utf8_are_one_line(tiny_data, pin
     assert "%|" not in r.stderr, r.stderr[-2000:]
     line = one_line(r)
     assert f"vpins/{RUN}/hyps/val.de: {said}" in line and f"`git checkout vpins/{RUN}/hyps/val.de`" in line, line
+
+
+def test_a_short_run_is_redecoded_with_the_model_its_lengths_stage_scored(tiny_data, pinned):
+    """§3.5's short runs are evaluated by `posenc lengths` (dvc.yaml's evaluate_short), which
+    decodes every split with the averaged model.pt: verify re-decodes dev with those weights and
+    compares with that stage's hypotheses, instead of refusing the unit for running no `posenc
+    evaluate` (the command docs/reproducibility.md gives, `posenc verify short-rope-1`, failed so)."""
+    lengths = (f"posenc lengths --seed 1 --model vpins/{RUN}/model.pt --spm data/prepared/spm.model "
+               f"--arrays data/prepared/arrays --raw data/raw/multi30k --out vpins/short/lengths.json "
+               f"--hyps vpins/short/hyps")
+    r = posenc(*lengths.split()[1:], cwd=tiny_data)
+    assert r.returncode == 0, r.stderr[-2000:]
+    train = pinned.replace(f"  train@{RUN}:", f"  train_short@{RUN}:")
+    (tiny_data / "v.lock").write_text(train + f"  evaluate_short@{RUN}:\n    cmd: {lengths}\n")
+    r = posenc("verify", f"short-{RUN}", "--lock", "v.lock", "--sentences", "3", cwd=tiny_data)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert r.stdout.startswith(f"verify: this machine reproduces the pinned bits of short-{RUN} (update 8, "), r.stdout
+    assert r.stdout.strip().endswith(" dev hypotheses"), r.stdout
+
+    hyps = tiny_data / "vpins/short/hyps/val.de"
+    lines = hyps.read_text(encoding="utf-8").split("\n")
+    hyps.write_text("\n".join(["ein anderer Satz", *lines[1:]]), encoding="utf-8")
+    r = posenc("verify", f"short-{RUN}", "--lock", "v.lock", "--sentences", "3", cwd=tiny_data)
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert f"reproduces the training bits of short-{RUN}" in r.stdout, r.stdout
+    assert f"but not its decoding: val sentence 1: {lines[0]!r} here, 'ein anderer Satz' pinned" in r.stdout, r.stdout
+
+    # the weights it compares are lengths' --model: recorded with another md5, the hypotheses are not theirs
+    (tiny_data / "v.lock").write_text(train + f"  evaluate_short@{RUN}:\n    cmd: {lengths}\n    deps:\n"
+                                      f"    - path: vpins/{RUN}/model.pt\n      md5: {'0' * 32}\n")
+    r = posenc("verify", f"short-{RUN}", "--lock", "v.lock", "--sentences", "3", cwd=tiny_data)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert r.stdout.strip().endswith(f"decoded from another vpins/{RUN}/model.pt than the one here "
+                                     f"(evaluate_short@{RUN} is stale: `dvc repro evaluate_short@{RUN}`), "
+                                     f"so decoding was not compared"), r.stdout

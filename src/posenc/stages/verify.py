@@ -5,8 +5,9 @@ at every checkpoint, and the numerics, threads, library versions and fingerprint
 verify runs the run's own pinned command (dvc.lock's `train@RUN`) up to its first checkpoint, in a
 temporary directory, under the numerics the run recorded, and compares update by update with
 the pinned train_log.tsv, then dev_log.tsv and the weights' digest. With the run's models present
-(`dvc pull`), it also re-decodes the first --sentences dev sentences as the evaluate stage did
-(the same batches, so the same bits) and compares them with the pinned hypotheses.
+(`dvc pull`), it also re-decodes the first --sentences dev sentences as the unit's evaluation did
+(`posenc evaluate` with the last checkpoint; for §3.5's short runs `posenc lengths` with the
+averaged model; the same batches, so the same bits) and compares them with the pinned hypotheses.
 
 It prints one verdict: "this machine reproduces the pinned bits of RUN ..." (then `make repro`
 gives the pinned table byte for byte), or the first update or sentence that differs and the
@@ -60,9 +61,10 @@ def _unit(lock: Path, run: str) -> tuple[str, str | None]:
     raise UserError(f"{lock}: no training of {run} is pinned; pinned: {', '.join(pinned) or 'none'}")
 
 
-def _pinned_command(lock: Path, name: str, command: str):
-    """The pinned `posenc <command>` of stage `name` in dvc.lock, parsed by posenc's own parser:
-    (launcher words, the parsed arguments), or None when dvc.lock has no such stage."""
+def _pinned_command(lock: Path, name: str, *commands: str):
+    """The pinned `posenc <command>` of stage `name` in dvc.lock, the first of `commands` its cmd
+    runs, parsed by posenc's own parser (`.stage` names it): (launcher words, the parsed
+    arguments), or None when dvc.lock has no such stage."""
     from posenc import cli
 
     entry = _stages(lock).get(name)
@@ -73,8 +75,10 @@ def _pinned_command(lock: Path, name: str, command: str):
         words = shlex.split(cmd if isinstance(cmd, str) else " ".join(map(str, cmd or [])))
     except ValueError as e:  # an unclosed quote
         raise UserError(f"{lock}: {name}'s cmd is not a command line ({e}); {runs.RESTORE_LOCK}") from None
-    if command not in words:
-        raise UserError(f"{lock}: {name}'s cmd runs no `posenc {command}`; {runs.RESTORE_LOCK}")
+    command = next((c for c in commands if c in words), None)
+    if command is None:
+        raise UserError(f"{lock}: {name}'s cmd runs no {' or '.join(f'`posenc {c}`' for c in commands)}; "
+                        f"{runs.RESTORE_LOCK}")
     i = words.index(command)
     if command == "train" and "--digests" not in words:
         raise UserError(f"{lock}: {name} was pinned before posenc recorded digests, so there is "
@@ -198,10 +202,16 @@ def _retrain(launcher: list[str], targs, first: int, root: Path, tmp: Path, nume
     return tmp
 
 
+# The weights each unit's pinned evaluation decoded dev with, by its command: `evaluate` the last
+# checkpoint (the dev figures, as during training), `lengths` (§3.5 trained short, dvc.yaml's
+# evaluate_short) the averaged model, as for every split it scores.
+DEV_WEIGHTS = {"evaluate": "last", "lengths": "model"}
+
+
 @dataclasses.dataclass(frozen=True)
 class _Decoding:
-    """What re-decoding compares with: the pinned evaluation's arguments and its dev hypotheses."""
-    eargs: object
+    """What re-decoding compares with: the pinned evaluation's weights and its dev hypotheses."""
+    weights: Path
     sp: object  # the run's SentencePiece model, which decodes the ids
     dev: str
     pinned: list[str]
@@ -219,23 +229,24 @@ def _pinned_decoding(args, root: Path) -> tuple[_Decoding | None, str | None, li
     from posenc.scoring import hypothesis_path
 
     _, stage = _unit(Path(args.lock), args.run)
-    found = _pinned_command(Path(args.lock), stage, "evaluate")
+    found = _pinned_command(Path(args.lock), stage, *DEV_WEIGHTS)
     if found is None:
         return None, "dvc.lock pins no evaluation of it, so decoding was not compared", []
     eargs = found[1]
+    weights = getattr(eargs, DEV_WEIGHTS[eargs.stage])  # as dvc.lock writes it, relative to root
     edited = _edited(Path(args.lock), stage, root / eargs.params, [])
     cfg = config.load(root / eargs.params, "eval", EvalConfig)
     data = config.load(root / eargs.params, "data", config.DataConfig)
     dev = corpora.get(data.corpus).dev
     hyps_file = hypothesis_path(root / eargs.hyps, dev)
-    if not (root / eargs.last).is_file() or not hyps_file.is_file():
+    if not (root / weights).is_file() or not hyps_file.is_file():
         return None, "its models are not here (`dvc pull`), so decoding was not compared", edited
-    # The pinned hypotheses are of the last.pt that dvc.lock records as the evaluation's input; a
-    # last.pt retrained since (a pinning run under way, before its evaluate stage) is not theirs.
+    # The pinned hypotheses are of the weights that dvc.lock records as the evaluation's input;
+    # weights retrained since (a pinning run under way, before its evaluation) are not theirs.
     recorded = next((d.get("md5") for d in _stages(Path(args.lock))[stage].get("deps", [])
-                     if d.get("path") == eargs.last), None)
-    if recorded is not None and recorded != hashlib.md5((root / eargs.last).read_bytes()).hexdigest():
-        return None, (f"its pinned dev hypotheses were decoded from another {eargs.last} than the one "
+                     if d.get("path") == weights), None)
+    if recorded is not None and recorded != hashlib.md5((root / weights).read_bytes()).hexdigest():
+        return None, (f"its pinned dev hypotheses were decoded from another {weights} than the one "
                       f"here ({stage} is stale: `dvc repro {stage}`), so decoding was not compared"), edited
     fix = f"`git checkout {hyps_file.relative_to(root)}`"
     try:
@@ -247,19 +258,20 @@ def _pinned_decoding(args, root: Path) -> tuple[_Decoding | None, str | None, li
     if len(pinned) < len(sources):  # the evaluation wrote a hypothesis a sentence
         raise UserError(f"{hyps_file}: a hypothesis for only {len(pinned)} of the {len(sources)} {dev} "
                         f"sentences evaluated; {fix}")
-    return _Decoding(eargs, sp, dev, pinned, sources, cfg), None, edited
+    return _Decoding(root / weights, sp, dev, pinned, sources, cfg), None, edited
 
 
-def _redecode(d: _Decoding, root: Path, n: int, mode: str) -> tuple[int, str | None]:
-    """Re-decode the batches holding the first `n` dev sentences with the run's last checkpoint, as
-    the evaluate stage did, in numerics `mode`: (sentences compared, the first difference or None)."""
+def _redecode(d: _Decoding, n: int, mode: str) -> tuple[int, str | None]:
+    """Re-decode the batches holding the first `n` dev sentences with the weights the pinned
+    evaluation decoded them with, as it did, in numerics `mode`: (sentences compared, the first
+    difference or None)."""
     from posenc import runtime
     from posenc.checkpoints import load_model
     from posenc.decode import translate
 
     device = runtime.setup(d.cfg.threads, mode)
-    last = load_model(root / d.eargs.last, device)
-    out = translate(last, d.sources, d.cfg.beam, d.cfg.lenpen, d.cfg.max_len_extra, d.cfg.batch_tokens, device,
+    model = load_model(d.weights, device)
+    out = translate(model, d.sources, d.cfg.beam, d.cfg.lenpen, d.cfg.max_len_extra, d.cfg.batch_tokens, device,
                     desc=f"verify {d.dev}", only=set(range(min(n, len(d.sources)))))
     compared = [i for i, ids in enumerate(out) if ids or i < n]
     for i in compared:
@@ -302,7 +314,7 @@ def run(args) -> int:
         return 1
     decoded = ""
     if decoding:
-        compared, difference = _redecode(decoding, root, args.sentences, args.numerics or pins["numerics"]["mode"])
+        compared, difference = _redecode(decoding, args.sentences, args.numerics or pins["numerics"]["mode"])
         if difference:
             print(f"verify: this machine reproduces the training bits of {args.run} (update "
                   f"{first['step']}, sha256 {digest}) but not its decoding: {difference}; likely "
