@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-
-import pytest
-
-from conftest import MIRROR, posenc
 import subprocess
 import sys
+
+import pytest
+import yaml
+
+from posenc import tokens
+from posenc.decode import batches
+
+from conftest import MIRROR, posenc
 
 RUN = "sinusoidal-1"
 CMD = (f"python -m posenc train --variant sinusoidal --seed 1 --spm data/prepared/spm.model "
@@ -187,18 +191,27 @@ def test_a_short_run_is_redecoded_with_the_model_its_lengths_stage_scored(tiny_d
     assert r.returncode == 0, r.stderr[-2000:]
     train = pinned.replace(f"  train@{RUN}:", f"  train_short@{RUN}:")
     (tiny_data / "v.lock").write_text(train + f"  evaluate_short@{RUN}:\n    cmd: {lengths}\n")
+    # the batches translate makes of the first 3 val sentences, every sentence of them compared
+    sp = tokens.load_tokenizer(tiny_data / "data/prepared/spm.model")
+    cfg = yaml.safe_load((tiny_data / "params.yaml").read_text())["eval"]
+    val = tokens.load(tokens.array_path(tiny_data / "data/prepared/arrays", "val", "en"), sp.eos_id())
+    val = val[:cfg["max_sentences"]]
+    decoded = sorted(i for idx in batches(val, cfg["beam"], cfg["batch_tokens"]) if {0, 1, 2} & set(idx) for i in idx)
+    assert len(decoded) > 3
     r = posenc("verify", f"short-{RUN}", "--lock", "v.lock", "--sentences", "3", cwd=tiny_data)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert r.stdout.startswith(f"verify: this machine reproduces the pinned bits of short-{RUN} (update 8, "), r.stdout
-    assert r.stdout.strip().endswith(" dev hypotheses"), r.stdout
+    assert r.stdout.strip().endswith(f", and {len(decoded)} of its {len(val)} dev hypotheses (every batch "
+                                     f"that holds one of the first 3)"), r.stdout
 
     hyps = tiny_data / "vpins/short/hyps/val.de"
     lines = hyps.read_text(encoding="utf-8").split("\n")
-    hyps.write_text("\n".join(["ein anderer Satz", *lines[1:]]), encoding="utf-8")
-    r = posenc("verify", f"short-{RUN}", "--lock", "v.lock", "--sentences", "3", cwd=tiny_data)
-    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
-    assert f"reproduces the training bits of short-{RUN}" in r.stdout, r.stdout
-    assert f"but not its decoding: val sentence 1: {lines[0]!r} here, 'ein anderer Satz' pinned" in r.stdout, r.stdout
+    for i in (0, decoded[-1]):  # one of the first 3, and one only its batch brought (an empty output too)
+        hyps.write_text("\n".join(lines[:i] + ["ein anderer Satz"] + lines[i + 1:]), encoding="utf-8")
+        r = posenc("verify", f"short-{RUN}", "--lock", "v.lock", "--sentences", "3", cwd=tiny_data)
+        assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+        assert f"reproduces the training bits of short-{RUN}" in r.stdout, r.stdout
+        assert f"but not its decoding: val sentence {i + 1}: {lines[i]!r} here, 'ein anderer Satz' pinned" in r.stdout, r.stdout
 
     # the weights it compares are lengths' --model: recorded with another md5, the hypotheses are not theirs
     (tiny_data / "v.lock").write_text(train + f"  evaluate_short@{RUN}:\n    cmd: {lengths}\n    deps:\n"

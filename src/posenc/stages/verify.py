@@ -264,16 +264,18 @@ def _pinned_decoding(args, root: Path) -> tuple[_Decoding | None, str | None, li
 def _redecode(d: _Decoding, n: int, mode: str) -> tuple[int, str | None]:
     """Re-decode the batches holding the first `n` dev sentences with the weights the pinned
     evaluation decoded them with, as it did, in numerics `mode`: (sentences compared, the first
-    difference or None)."""
+    difference or None). Every sentence of those batches is compared, an empty output too."""
     from posenc import runtime
     from posenc.checkpoints import load_model
-    from posenc.decode import translate
+    from posenc.decode import batches, translate
 
     device = runtime.setup(d.cfg.threads, mode)
     model = load_model(d.weights, device)
+    first = set(range(min(n, len(d.sources))))
     out = translate(model, d.sources, d.cfg.beam, d.cfg.lenpen, d.cfg.max_len_extra, d.cfg.batch_tokens, device,
-                    desc=f"verify {d.dev}", only=set(range(min(n, len(d.sources)))))
-    compared = [i for i, ids in enumerate(out) if ids or i < n]
+                    desc=f"verify {d.dev}", only=first)
+    # translate's own grouping, sorted by length: the first n sentences fall in batches all over dev
+    compared = sorted(i for idx in batches(d.sources, d.cfg.beam, d.cfg.batch_tokens) if first & set(idx) for i in idx)
     for i in compared:
         if d.sp.decode(out[i]) != d.pinned[i]:
             return len(compared), f"{d.dev} sentence {i + 1}: {d.sp.decode(out[i])!r} here, {d.pinned[i]!r} pinned"
@@ -320,7 +322,8 @@ def run(args) -> int:
                   f"{first['step']}, sha256 {digest}) but not its decoding: {difference}; likely "
                   f"cause: {_causes(pins, mine, edited_eval)}")
             return 1
-        decoded = f", and its first {compared} dev hypotheses"
+        decoded = (f", and {compared} of its {len(decoding.sources)} dev hypotheses (every batch that "
+                   f"holds one of the first {args.sentences})")
     elif skipped:
         decoded = f"; {skipped}"
     print(REPRODUCES.format(run=args.run) + f"update {first['step']}, sha256 {digest}){decoded}")
