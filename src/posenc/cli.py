@@ -155,7 +155,8 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("run", nargs="?", default="sinusoidal-1", help="a pinned run, <variant>-<seed> "
                    "(default sinusoidal-1)")
     v.add_argument("--lock", default="dvc.lock", help="dvc.lock: the run's command, paths and params file")
-    v.add_argument("--sentences", type=int, default=20, help="dev sentences to re-decode (default 20; 0: none)")
+    v.add_argument("--sentences", type=int, default=20, help="dev sentences to re-decode, each with "
+                   "its whole batch, which sorting by length fills from all over dev (default 20; 0: none)")
     v.add_argument("--numerics", choices=["portable", "native"],
                    help="compute in this mode instead of the one the run recorded (to see a mismatch)")
     e = sub.add_parser("export", help="write a trained model as a CTranslate2 model (pip install -e '.[export]')",
