@@ -236,15 +236,20 @@ def test_the_status_block_says_where_units_were_checked_on_another_cpu(tmp_path)
     (tmp_path / "intel-6-167/retrain-sinusoidal-1.md").write_text(
         "`sh -c 'dvc repro ...'`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
         "torch 2.13.0+cpu.\n\n```text\n0123  models/sinusoidal-1/model.pt\ndvc.lock unchanged\n```\n")
+    (tmp_path / "intel-6-167/verify-rope-1.md").write_text(
+        "`posenc verify rope-1`, on 2026-12-07: GenuineIntel family 6 model 167 (`lscpu`), 2 CPUs available, "
+        "torch 2.13.0+cpu.\n\n```text\nverify: this machine does not reproduce the pinned bits of rope-1: update "
+        "3 differs first\n```\n")
     text = pins.markdown(st, units)
     # per CPU and part, the units made there (wall seconds are in the records and the cost column)
     assert "- AuthenticAMD family 25 model 1: positional, 1 of 4: sinusoidal-1\n" in text, text
     # what the part cost so far: a pinned unit's mean wall time, and the sum
     assert "| positional | 2 of 4 | 5,400 s; 3.0 h | learned-1, relative-1 |" in text, text
-    assert ("- GenuineIntel family 6 model 167: sinusoidal-1 (reproduces), sinusoidal-1 retrained whole: "
-            "dvc.lock unchanged") in text
-    assert ("- GenuineIntel family 6 model 207: rope-1 retrained whole after AuthenticAMD family 25 model 1: "
-            "dvc.lock unchanged") in text
+    # per CPU, the units of each verdict
+    assert ("- GenuineIntel family 6 model 167: verify DOES NOT reproduce: rope-1; verify reproduces: "
+            "sinusoidal-1; retrained whole, dvc.lock unchanged: sinusoidal-1\n") in text, text
+    assert ("- GenuineIntel family 6 model 207: retrained whole after AuthenticAMD family 25 model 1, "
+            "dvc.lock unchanged: rope-1\n") in text
     for unit in ("learned-1", "rope-1", "relative-1"):  # every unit of the part on one CPU: "all"
         files.write_json(units / f"{unit}.json", {"cpu": "AuthenticAMD family 25 model 1", "wall_s": 60})
     assert "- AuthenticAMD family 25 model 1: positional, all 4\n" in pins.markdown(

@@ -74,23 +74,25 @@ def markdown(st: pinning.State, records: Path) -> str:
                                            else f"{part}, {len(there)} of {size[part]}: {', '.join(there)}"
                                            for part, there in parts.items())
                   for cpu, parts in sorted(made.items())]
-    checked: dict[str, list] = {}
+    checked: dict[str, dict[str, list]] = {}  # per CPU, per verdict: the units
     for cpu, unit, ok in pinning.verifications(records.parent):
-        checked.setdefault(cpu, []).append(f"{unit} ({'reproduces' if ok else 'DOES NOT reproduce'})")
+        checked.setdefault(cpu, {}).setdefault("verify reproduces" if ok else "verify DOES NOT reproduce",
+                                               []).append(unit)
     for cpu, unit, ok in pinning.retrainings(records.parent):
         verdict = pinning.RETRAINED if ok else "dvc.lock CHANGED"
-        checked.setdefault(cpu, []).append(f"{unit} retrained whole: {verdict}")
+        checked.setdefault(cpu, {}).setdefault(f"retrained whole, {verdict}", []).append(unit)
     for unit, record in said.items():
         again = record.get("retrained") or {}
         if again.get("first_made_on") and again["first_made_on"] != record.get("cpu"):
             verdict = pinning.RETRAINED if again.get("lock_unchanged") else "dvc.lock CHANGED"
-            checked.setdefault(record["cpu"], []).append(f"{unit} retrained whole after "
-                                                         f"{again['first_made_on']}: {verdict}")
+            checked.setdefault(record["cpu"], {}).setdefault(
+                f"retrained whole after {again['first_made_on']}, {verdict}", []).append(unit)
     if checked:
         lines += ["", "Where pinned units were checked on another CPU than the one that made them (`posenc "
                   "verify`, its record in docs/records/<cpu>/verify-<unit>.md; or the whole unit retrained, "
                   "its record in docs/records/<cpu>/retrain-<unit>.md or, by `make pin`, docs/records/units/):", ""]
-        lines += [f"- {cpu}: " + ", ".join(said_) for cpu, said_ in sorted(checked.items())]
+        lines += [f"- {cpu}: " + "; ".join(f"{verdict}: {', '.join(units)}" for verdict, units in by.items())
+                  for cpu, by in sorted(checked.items())]
     return "\n".join(lines) + "\n"
 
 
