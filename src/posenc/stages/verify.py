@@ -5,9 +5,10 @@ at every checkpoint, and the numerics, threads, library versions and fingerprint
 verify runs the run's own pinned command (dvc.lock's `train@RUN`) up to its first checkpoint, in a
 temporary directory, under the numerics the run recorded, and compares update by update with
 the pinned train_log.tsv, then dev_log.tsv and the weights' digest. With the run's models present
-(`dvc pull`), it also re-decodes the first --sentences dev sentences as the unit's evaluation did
-(`posenc evaluate` with the last checkpoint; for §3.5's short runs `posenc lengths` with the
-averaged model; the same batches, so the same bits) and compares them with the pinned hypotheses.
+(`dvc pull`), it also re-decodes the batches that hold the first --sentences dev sentences as the
+unit's evaluation did (`posenc evaluate` with the last checkpoint; for §3.5's short runs `posenc
+lengths` with the averaged model; the same batches, so the same bits) and compares every
+hypothesis of them with the pinned ones.
 
 It prints one verdict: "this machine reproduces the pinned bits of RUN ..." (then `make repro`
 gives the pinned table byte for byte), or the first update or sentence that differs and the
