@@ -68,6 +68,25 @@ def test_every_command_that_sets_up_torch_gets_its_numerics_before_torch_loads()
     assert computing == cli.COMPUTES
 
 
+def test_a_torchrun_process_sets_its_numerics_before_torch_loads_and_exits_with_its_code(tmp_path):
+    """Under torchrun (WORLD_SIZE set) posenc ends the process itself, past torch's teardown of
+    the process group (cli.keep_process_groups): torch must still load only after the numerics
+    are set (else portable bits cannot hold: a warning), and the stage's exit code must come out."""
+    import os
+
+    from conftest import TINY
+
+    outputs = {f"--{name}": str(tmp_path / name) for name in (
+        "model", "last", "train-log", "dev-log", "checkpoints", "timings", "digests", "highway")}
+    r = subprocess.run([sys.executable, "-m", "posenc", "train", "--params", str(TINY), "--variant",
+                        "sinusoidal", "--seed", "1", "--spm", str(tmp_path / "missing.model"),
+                        "--arrays", str(tmp_path), *[x for pair in outputs.items() for x in pair]],
+                       env={**os.environ, "WORLD_SIZE": "2", "RANK": "1"}, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.splitlines() == [r.stderr.strip()], r.stderr[-2000:]  # the one line, no warning
+    assert r.stderr.startswith("posenc train: error: ") and "missing.model" in r.stderr
+
+
 def test_pip_show_names_the_authors_and_the_licence():
     """The package metadata a user sees (`pip show posenc`, with the pip that `make` pins)."""
     r = subprocess.run([sys.executable, "-m", "pip", "show", "posenc"], capture_output=True, text=True)

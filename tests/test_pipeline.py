@@ -14,6 +14,7 @@ report alone.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -37,23 +38,66 @@ BIN = Path(sys.executable).parent
 
 
 # A command that runs longer than this has hung (a whole tiny-profile `dvc repro` takes about 3
-# minutes on the 2-core machines): it is killed with its process group (torchrun's workers too)
-# and the test fails with what it printed, instead of CI running out of time.
+# minutes on the 2-core machines): it is killed with every process it started and the test fails
+# with what it printed, instead of CI running out of time.
 TIMEOUT_S = 1200
 
 
 def sh(*args: str, cwd: Path) -> str:
-    env = {**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    mark = f"{os.getpid()}.{next(COMMANDS)}"  # in the environment of every process it starts
+    env = {**os.environ, "POSENC_DATA_MIRROR": str(MIRROR), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "POSENC_TEST_COMMAND": mark}
     with subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=env, start_new_session=True) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_marked(f"POSENC_TEST_COMMAND={mark}".encode())
             stdout, stderr = proc.communicate()
             pytest.fail(f"{' '.join(args)} still ran after {TIMEOUT_S} s, killed:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     assert proc.returncode == 0, f"{' '.join(args)} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
     return stdout
+
+
+COMMANDS = itertools.count()
+
+
+def kill_marked(mark: bytes) -> None:
+    """SIGKILL every process whose environment holds `mark`: the command and all it started,
+    torchrun's workers too, which live in sessions of their own (os.killpg of the command's group
+    misses them, and one left alive keeps the pipes open: communicate() would wait for ever).
+    Again until none is left, for a child started while the last pass ran."""
+    found = True
+    while found:
+        found = False
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                if mark in environ.read_bytes().split(b"\0"):  # a dead process's reads empty
+                    os.kill(int(environ.parent.name), signal.SIGKILL)
+                    found = True
+            except OSError:  # gone, or not ours
+                continue
+
+
+def test_a_command_that_hangs_is_killed_with_the_processes_it_started_in_sessions_of_their_own(
+        tmp_path, monkeypatch):
+    """As torchrun starts its workers: in a session of their own, out of the command's process
+    group. One holds the command's pipes (the command's end waits for it), one does not (it
+    outlives the command); both must be dead when sh gives up."""
+    monkeypatch.setattr(sys.modules[__name__], "TIMEOUT_S", 3)
+    start = ("import subprocess, sys, time\n"
+             "a = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+             "b = subprocess.Popen(['sleep', '600'], start_new_session=True,\n"
+             "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+             "print(a.pid, b.pid, flush=True)\n"
+             "time.sleep(300)\n")
+    (tmp_path / "start.py").write_text(start)
+    with pytest.raises(pytest.fail.Exception, match="still ran after 3 s, killed") as failed:
+        sh(sys.executable, "start.py", cwd=tmp_path)
+    pids = re.search(r"killed:\n(\d+) (\d+)", str(failed.value)).groups()
+    for pid in pids:  # killed and reaped by init, or a zombie on the way there
+        state = Path(f"/proc/{pid}/stat")
+        assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z", pid
 
 
 @pytest.mark.slow

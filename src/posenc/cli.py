@@ -102,6 +102,7 @@ TOOLS = {"translate": "posenc.stages.translate", "verify": "posenc.stages.verify
 # the commands that compute with torch: their numerics (params.yaml's `numerics`) are set before
 # torch is imported (posenc.numerics); `verify` takes the mode the pinned run recorded
 COMPUTES = {"train", "evaluate", "extrapolate", "lengths", "measure", "translate"}
+TORCHRUN = "WORLD_SIZE" in os.environ  # one of torchrun's processes (as posenc.training tells)
 
 
 DESCRIPTION = """\
@@ -210,6 +211,36 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    code = run(args)
+    if not TORCHRUN:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the groups kept are never destroyed (keep_process_groups); every output is closed
+
+
+def keep_process_groups() -> None:
+    """Make torch.distributed.destroy_process_group keep each group it destroys alive.
+
+    Why: a gloo group's destructor joins its worker threads holding the GIL (pytorch/pytorch#56297).
+    posenc.training destroys the group, then drops DDP, whose reducer held the last reference; a
+    worker thread still releasing a tensor that Python dropped then waits for the GIL for ever (seen
+    in CI: the paper profile's rank 1 stuck in `Reducer::~Reducer` -> `ProcessGroupGloo::
+    ~ProcessGroupGloo` -> `thread::join`). The fix, DDP freed before the group, belongs in
+    posenc.training, a dependency of every pinned training: it waits for the next re-pin."""
+    import torch.distributed as dist
+
+    kept, destroy = [], dist.destroy_process_group
+
+    def destroy_and_keep(group=None):
+        kept.append(dist.GroupMember.WORLD if group is None else group)
+        destroy(group)
+
+    dist.destroy_process_group = destroy_and_keep
+
+
+def run(args) -> int:
+    """Run one command; a user's error or a refused system call is one line and exit code 2."""
     module = TOOLS.get(args.stage) or STAGES[args.stage][0]
     try:
         if getattr(args, "seed", None) is not None and args.seed < 0:
@@ -218,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             numerics.apply(config.load_value(args.params, "numerics", config.Numerics))
         elif args.stage == "verify":  # posenc.stages.verify imports torch only when it runs
             numerics.apply(importlib.import_module(module).mode(args))
+        if TORCHRUN:  # torch loads here, after the numerics are set
+            keep_process_groups()
         return importlib.import_module(module).run(args) or 0
     except UserError as e:
         print(f"posenc {args.stage}: error: {e}", file=sys.stderr)
