@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib.metadata import version
+
+from conftest import TINY
 
 
 def posenc(*args: str) -> subprocess.CompletedProcess:
@@ -72,10 +75,6 @@ def test_a_torchrun_process_sets_its_numerics_before_torch_loads_and_exits_with_
     """Under torchrun (WORLD_SIZE set) posenc ends the process itself, past torch's teardown of
     the process group (cli.keep_process_groups): torch must still load only after the numerics
     are set (else portable bits cannot hold: a warning), and the stage's exit code must come out."""
-    import os
-
-    from conftest import TINY
-
     outputs = {f"--{name}": str(tmp_path / name) for name in (
         "model", "last", "train-log", "dev-log", "checkpoints", "timings", "digests", "highway")}
     r = subprocess.run([sys.executable, "-m", "posenc", "train", "--params", str(TINY), "--variant",
