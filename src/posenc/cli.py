@@ -1,4 +1,5 @@
-"""`posenc <command> ...`: argument parsing only; each stage's `run(args)` does the work.
+"""`posenc <command> ...`: argument parsing only; each stage's `run(args)` does the work. Under
+torchrun it also ends the process itself, past a teardown in torch that can hang (keep_process_groups).
 
 Every path a stage reads or writes comes in as an argument (dvc.yaml names them all, once).
 """
