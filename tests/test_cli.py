@@ -86,6 +86,30 @@ def test_a_torchrun_process_sets_its_numerics_before_torch_loads_and_exits_with_
     assert r.stderr.startswith("posenc train: error: ") and "missing.model" in r.stderr
 
 
+def test_in_a_torchrun_process_a_destroyed_group_is_torn_down_only_with_the_process(tmp_path):
+    """cli.keep_process_groups: after destroy_process_group the gloo group's threads still run
+    (their join, in the group's destructor, is what can hang) until os._exit ends the process;
+    without it the same destroy joins them at once. Thread counts from /proc/self/task."""
+    script = ("import os, sys\n"
+              "from posenc import cli\n"
+              "if sys.argv[1] == 'kept':\n"
+              "    cli.keep_process_groups()\n"
+              "import torch.distributed as dist\n"
+              "dist.init_process_group('gloo', init_method='file://' + sys.argv[2], rank=0, world_size=1)\n"
+              "before = len(os.listdir('/proc/self/task'))\n"
+              "dist.destroy_process_group()\n"
+              "print(before, len(os.listdir('/proc/self/task')), flush=True)\n"
+              "os._exit(0)\n")
+    counts = {}
+    for how in ("kept", "plain"):
+        r = subprocess.run([sys.executable, "-c", script, how, str(tmp_path / f"store-{how}")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        counts[how] = [int(n) for n in r.stdout.split()]
+    assert counts["kept"][1] == counts["kept"][0], counts
+    assert counts["plain"][1] < counts["plain"][0], counts
+
+
 def test_pip_show_names_the_authors_and_the_licence():
     """The package metadata a user sees (`pip show posenc`, with the pip that `make` pins)."""
     r = subprocess.run([sys.executable, "-m", "pip", "show", "posenc"], capture_output=True, text=True)
