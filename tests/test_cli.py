@@ -75,11 +75,11 @@ def test_a_torchrun_process_sets_its_numerics_before_torch_loads_and_exits_with_
     """Under torchrun (WORLD_SIZE set) posenc ends the process itself, past torch's teardown of
     the process group (cli.keep_process_groups): torch must still load only after the numerics
     are set (else portable bits cannot hold: a warning), and the stage's exit code must come out."""
-    outputs = {f"--{name}": str(tmp_path / name) for name in (
-        "model", "last", "train-log", "dev-log", "checkpoints", "timings", "digests", "highway")}
+    outputs = [x for name in ("model", "last", "train-log", "dev-log", "checkpoints", "timings", "digests",
+                              "highway") for x in (f"--{name}", str(tmp_path / name))]
     r = subprocess.run([sys.executable, "-m", "posenc", "train", "--params", str(TINY), "--variant",
                         "sinusoidal", "--seed", "1", "--spm", str(tmp_path / "missing.model"),
-                        "--arrays", str(tmp_path), *[x for pair in outputs.items() for x in pair]],
+                        "--arrays", str(tmp_path), *outputs],
                        env={**os.environ, "WORLD_SIZE": "2", "RANK": "1"}, capture_output=True, text=True)
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.splitlines() == [r.stderr.strip()], r.stderr[-2000:]  # the one line, no warning
